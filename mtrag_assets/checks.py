@@ -1,0 +1,77 @@
+"""Blocking, per-source asset checks: the publishing gate as Dagster shows it. index_manifest
+runs the same checks (mtrag_resources.checks) before it publishes, because a blocking check stops
+only downstream steps of its own run."""
+from __future__ import annotations
+
+import dagster as dg
+
+from mtrag_resources.checks import check_parents, check_source
+from mtrag_resources.stages.common import SourceLayout
+from mtrag_resources.tables import read_rows
+from mtrag_resources.stages.index_manifest import gather_views
+
+from .cas_chunks import cas_chunks
+from .fts_db import fts_db
+from .metadata import to_metadata
+from .neo4j_graph import neo4j_graph
+from .partitions import sources_partitions
+from .qdrant_collection import qdrant_collection
+from .resources import MtragResource
+
+
+def _outcome(context, mtrag: MtragResource, name: str, store: str | None = None) -> dg.AssetCheckResult:
+    settings, spec, embedder = mtrag.settings(), mtrag.spec(context.partition_key), mtrag.embedder()
+    views, _links, _locations = gather_views(settings, [spec], removed=[])
+    view = views[spec.id]
+    if store:  # a store's own marker check looks at that store only
+        view.markers = {store: view.markers[store]}
+    outcome = next(o for o in check_source(settings, spec, view, embedder.fingerprint_id, embedder.dim)
+                   if o.name == name)
+    return _result(outcome)
+
+
+def _result(outcome) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=outcome.passed, description=outcome.description,
+                               metadata=to_metadata(outcome.metadata))
+
+
+@dg.asset_check(asset=qdrant_collection, blocking=True, partitions_def=sources_partitions,
+                description="Qdrant's marker for the source is committed at the chunk set's generation.")
+def qdrant_marker_committed(context, mtrag: MtragResource) -> dg.AssetCheckResult:
+    return _outcome(context, mtrag, "markers_committed", "qdrant")
+
+
+@dg.asset_check(asset=qdrant_collection, blocking=True, partitions_def=sources_partitions,
+                description="Cache, collection and configuration use one embedder fingerprint.")
+def embedder_fingerprint(context, mtrag: MtragResource) -> dg.AssetCheckResult:
+    return _outcome(context, mtrag, "embedder_fingerprint")
+
+
+@dg.asset_check(asset=fts_db, blocking=True, partitions_def=sources_partitions,
+                description="The FTS DB's marker for the source is committed at the chunk set's generation.")
+def fts_marker_committed(context, mtrag: MtragResource) -> dg.AssetCheckResult:
+    return _outcome(context, mtrag, "markers_committed", "fts")
+
+
+@dg.asset_check(asset=neo4j_graph, blocking=True, partitions_def=sources_partitions,
+                description="Neo4j's ProjectionMarker for the source is committed at the chunk set's generation.")
+def neo4j_marker_committed(context, mtrag: MtragResource) -> dg.AssetCheckResult:
+    return _outcome(context, mtrag, "markers_committed", "neo4j")
+
+
+@dg.asset_check(asset=neo4j_graph, blocking=True, partitions_def=sources_partitions,
+                additional_deps=[qdrant_collection, fts_db],
+                description="Chunk table, Qdrant points, FTS rows and Neo4j chunk nodes agree.")
+def counts_reconcile(context, mtrag: MtragResource) -> dg.AssetCheckResult:
+    return _outcome(context, mtrag, "counts_reconcile")
+
+
+@dg.asset_check(asset=cas_chunks, blocking=True, partitions_def=sources_partitions,
+                description="Every chunk's parent_id names a chunk of the same source.")
+def no_dangling_parents(context, mtrag: MtragResource) -> dg.AssetCheckResult:
+    rows = read_rows(SourceLayout(mtrag.settings(), context.partition_key).chunks)
+    return _result(check_parents(context.partition_key, rows))
+
+
+ALL_CHECKS = [qdrant_marker_committed, embedder_fingerprint, fts_marker_committed, neo4j_marker_committed,
+              counts_reconcile, no_dangling_parents]

@@ -1,0 +1,24 @@
+"""The code location `dagster dev` loads (workspace.yaml)."""
+import dagster as dg
+
+from .canonical_graph import canonical_graph
+from .cas_chunks import cas_chunks
+from .checks import ALL_CHECKS
+from .cross_source_links import cross_source_links
+from .embedding_cache import embedding_cache
+from .fts_db import fts_db
+from .index_manifest import index_manifest
+from .neo4j_graph import neo4j_graph
+from .qdrant_collection import qdrant_collection
+from .raw_source import raw_source
+from .resources import MtragResource
+
+PARTITIONED_ASSETS = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdrant_collection, fts_db, neo4j_graph]
+GLOBAL_ASSETS = [cross_source_links, index_manifest]
+ALL_ASSETS = PARTITIONED_ASSETS + GLOBAL_ASSETS
+
+defs = dg.Definitions(
+    assets=ALL_ASSETS,
+    asset_checks=ALL_CHECKS,
+    resources={"mtrag": MtragResource()},
+)

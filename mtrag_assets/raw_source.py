@@ -1,0 +1,27 @@
+import dagster as dg
+
+from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.stages.raw_source import build_raw_source
+
+from .metadata import materialize_result, sample_table
+from .partitions import sources_partitions
+from .policies import DEFAULT_FRESHNESS, GROUP_BUILD
+from .resources import MtragResource
+
+
+@dg.asset(
+    partitions_def=sources_partitions,
+    code_version=CODE_VERSIONS["raw_source"],
+    group_name=GROUP_BUILD,
+    kinds={"python", "files"},
+    freshness_policy=DEFAULT_FRESHNESS,
+)
+def raw_source(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.MaterializeResult:
+    """Snapshot of one source: every included file with size, sha256 and language, the git commit
+    when the source is a git work tree, and the files skipped with their reason (binary, too large,
+    symlink leaving the root). File bytes are copied into the CAS, so later stages read this
+    snapshot. Data version = digest of the inventory."""
+    settings = mtrag.settings()
+    result = build_raw_source(settings, mtrag.spec(context.partition_key))
+    files = [f.__dict__ for f in result.value.files]
+    return materialize_result(result, {"sample": sample_table(files, ["path", "language", "size", "status", "reason"])})

@@ -1,0 +1,80 @@
+"""`mtrag build`: materialise through the Dagster instance at DAGSTER_HOME so every run shows in
+the UI. One run per changed source partition, then one for the links and the manifest."""
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from pathlib import Path
+
+import dagster as dg
+
+from mtrag_resources.buildstate import changed_sources, dirty_marker, source_lock
+from mtrag_resources.config import Settings
+from mtrag_resources.sources import SourceSpec
+
+from .checks import ALL_CHECKS
+from .definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
+from .partitions import sources_partitions
+from .resources import MtragResource
+
+INSTANCE_YAML = """\
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
+def dagster_instance(settings: Settings) -> dg.DagsterInstance:
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home)))
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text(INSTANCE_YAML)
+    return dg.DagsterInstance.get()
+
+
+def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> dict:
+    """Make the `sources` partitions equal to the sources file (removed sources lose theirs)."""
+    name = sources_partitions.name
+    existing = set(instance.get_dynamic_partitions(name))
+    wanted = {s.id for s in specs}
+    added, removed = sorted(wanted - existing), sorted(existing - wanted)
+    if added:
+        instance.add_dynamic_partitions(name, added)
+    for key in removed:
+        instance.delete_dynamic_partition(name, key)
+    return {"added": added, "removed": removed}
+
+
+def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None,
+              force: bool = False, log=print) -> dict:
+    instance = dagster_instance(settings)
+    sync_partitions(instance, specs)
+    resources = {"mtrag": MtragResource()}
+    if only:
+        unknown = sorted(set(only) - {s.id for s in specs})
+        if unknown:
+            raise SystemExit(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
+        targets, removed = list(only), []
+    elif force:
+        targets, removed = [s.id for s in specs], []
+    else:
+        targets, removed = changed_sources(settings, specs, None)
+    marker = dirty_marker(settings)
+    marker.write_text("build started\n")
+    runs = {}
+    with ExitStack() as stack:
+        for sid in targets:
+            stack.enter_context(source_lock(settings, sid))
+        for sid in targets:
+            log(f"building source {sid} ...")
+            result = dg.materialize(PARTITIONED_ASSETS + ALL_CHECKS, partition_key=sid, instance=instance,
+                                    resources=resources, tags={"mtrag/trigger": "cli"})
+            runs[sid] = result.run_id
+        log("resolving cross-source links and publishing the manifest ...")
+        result = dg.materialize(ALL_ASSETS, selection=GLOBAL_ASSETS, instance=instance, resources=resources,
+                                tags={"mtrag/trigger": "cli"})
+        runs["__publish__"] = result.run_id
+    marker.unlink(missing_ok=True)
+    return {"built": targets, "removed": removed, "runs": runs}

@@ -1,0 +1,15 @@
+"""Column schemas of the Parquet tables, shown on the assets in the UI."""
+import dagster as dg
+
+from mtrag_resources.models import Chunk, GraphNode, GraphRelation
+from mtrag_resources.tables import column_schema
+
+
+def _schema(row_type, drop=()) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(name, typ) for name, typ in column_schema(row_type)
+                                   if name not in drop])
+
+
+CHUNK_TABLE_SCHEMA = _schema(Chunk, drop=("text",))
+GRAPH_NODE_SCHEMA = _schema(GraphNode)
+GRAPH_RELATION_SCHEMA = _schema(GraphRelation)

@@ -1,0 +1,1 @@
+"""mtrag's Dagster-independent logic: sources, parsing, CAS, embeddings, stores, manifest, serving."""

@@ -1,0 +1,66 @@
+"""Cheap decisions made before Dagster or torch are imported: has anything changed since the
+published generation, and is another build of the same source running?"""
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from .config import Settings
+from .manifest import load_current
+from .sources import SourceSpec
+from .stages.common import CODE_VERSIONS, SourceLayout, read_state
+from .stages.raw_source import scan_source
+
+
+class SourceBusy(RuntimeError):
+    pass
+
+
+def dirty_marker(settings: Settings) -> Path:
+    """Exists while a build runs and after one that failed: the next build must not take the
+    no-change shortcut then, so it converges the stores."""
+    return settings.home / "BUILD_IN_PROGRESS"
+
+
+def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id: str | None) -> tuple[list[str], list[str]]:
+    """(sources whose snapshot or stores differ from the published generation, removed source ids)."""
+    manifest = load_current(settings.manifest_dir) or {}
+    published = manifest.get("sources", {})
+    removed = sorted(set(published) - {s.id for s in specs})
+    global_stale = (dirty_marker(settings).exists() or manifest.get("code_versions") != CODE_VERSIONS
+                    or (fingerprint_id and manifest.get("embedder", {}).get("fingerprint_id") != fingerprint_id))
+    changed = []
+    for spec in specs:
+        entry = published.get(spec.id)
+        if global_stale or entry is None:
+            changed.append(spec.id)
+            continue
+        inventory = scan_source(settings, spec)
+        state = read_state(SourceLayout(settings, spec.id))
+        if inventory.digest != entry.get("snapshot_digest") or state.get("generation") != entry.get("chunk_generation"):
+            changed.append(spec.id)
+    return changed, removed
+
+
+@contextmanager
+def source_lock(settings: Settings, source_id: str):
+    """One build per source at a time, across processes; a second one is refused, not queued."""
+    path = settings.home / "locks" / f"{source_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise SourceBusy(f"source {source_id!r} is already being built by {holder}; try again when it finishes") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        yield
+    finally:
+        fh.close()

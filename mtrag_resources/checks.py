@@ -1,0 +1,80 @@
+"""The publishing gate: per-source consistency checks that index_manifest runs before it writes a
+generation, and that Dagster shows as blocking asset checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import Settings
+from .embedding_cache import EmbeddingCache
+from .sources import SourceSpec
+from .stages.common import SourceLayout, read_state
+from .tables import read_rows
+
+CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")
+
+
+@dataclass
+class CheckOutcome:
+    name: str
+    source_id: str
+    passed: bool
+    description: str
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class StoreView:
+    """What the gate reads from the stores for one source (gathered by the caller, which owns the
+    store clients)."""
+    markers: dict          # store name -> Marker | None
+    qdrant_points: int
+    qdrant_dim: int | None
+    fts_counts: dict       # child_rows, parent_rows
+    neo4j_chunk_nodes: int
+
+
+def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerprint_id: str, dim: int) -> list[CheckOutcome]:
+    rows = read_rows(SourceLayout(settings, spec.id).chunks)
+    generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
+    return [check_markers(spec.id, view, generation), check_counts(spec.id, view, rows),
+            check_embedder(settings, spec.id, view, rows, fingerprint_id, dim), check_parents(spec.id, rows)]
+
+
+def check_markers(source_id: str, view: StoreView, generation: str) -> CheckOutcome:
+    lagging = {store: (m.generation, m.state) if m else None for store, m in view.markers.items()
+               if m is None or not m.committed or m.generation != generation}
+    return CheckOutcome("markers_committed", source_id, not lagging,
+                        "every store committed the chunk set's generation" if not lagging else
+                        f"stores not committed at {generation}: {lagging}", {"generation": generation})
+
+
+def check_counts(source_id: str, view: StoreView, rows: list[dict]) -> CheckOutcome:
+    children = sum(r["role"] == "child" for r in rows)
+    parents = len(rows) - children
+    counts = {"chunk_table_children": children, "qdrant_points": view.qdrant_points,
+              "fts_child_rows": view.fts_counts.get("child_rows", -1),
+              "chunk_table_parents": parents, "fts_parent_rows": view.fts_counts.get("parent_rows", -1),
+              "chunk_table_rows": len(rows), "neo4j_chunk_nodes": view.neo4j_chunk_nodes}
+    ok = (children == view.qdrant_points == counts["fts_child_rows"]
+          and parents == counts["fts_parent_rows"] and len(rows) == view.neo4j_chunk_nodes)
+    return CheckOutcome("counts_reconcile", source_id, ok,
+                        "chunk table, Qdrant, FTS and Neo4j agree" if ok else f"counts differ: {counts}", counts)
+
+
+def check_embedder(settings: Settings, source_id: str, view: StoreView, rows: list[dict], fingerprint_id: str,
+                   dim: int) -> CheckOutcome:
+    hashes = sorted({r["content_hash"] for r in rows if r["role"] == "child"})
+    missing = EmbeddingCache(settings.embeddings_dir).missing(fingerprint_id, hashes)
+    ok = not missing and (view.qdrant_dim in (None, dim) or not hashes)
+    return CheckOutcome("embedder_fingerprint", source_id, ok,
+                        "cache, collection and configuration share one embedder" if ok else
+                        f"{len(missing)} texts lack a vector for {fingerprint_id}; collection dim {view.qdrant_dim} vs {dim}",
+                        {"fingerprint": fingerprint_id, "missing_vectors": len(missing)})
+
+
+def check_parents(source_id: str, rows: list[dict]) -> CheckOutcome:
+    ids = {r["chunk_id"] for r in rows}
+    dangling = [r["chunk_id"] for r in rows if r["parent_id"] and r["parent_id"] not in ids]
+    return CheckOutcome("no_dangling_parents", source_id, not dangling,
+                        "every parent_id exists" if not dangling else f"{len(dangling)} chunks point at missing parents",
+                        {"dangling": len(dangling)})

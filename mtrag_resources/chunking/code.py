@@ -1,0 +1,299 @@
+"""Code files -> parent/child chunks, per-file graph nodes and relations, and the unresolved facts
+(imports, calls, bases) that `mtrag_resources.graph.code_resolve` turns into source-level edges.
+
+The language parsers (`code_python`, `code_treesitter`) only *extract* definitions into the small
+neutral records below; everything about ids, chunks and nodes is decided here, once, so every
+language gets the same identity rules: ids from (source, path, type, role, symbol, occurrence),
+never from line numbers or content."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from mtrag_resources.chunking.windows import line_windows, split_lines
+from mtrag_resources.models import (
+    Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id,
+)
+
+LANGUAGE_BY_SUFFIX: dict[str, str] = {
+    ".py": "python",
+    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
+    ".ts": "typescript",
+    ".tsx": "tsx",
+    ".java": "java",
+    ".go": "go",
+    ".rs": "rust",
+}
+
+# Parent chunks go back to a reader as context; past this they are cut (at a line boundary) and
+# end with a marker carrying the full text's sha256, so the parent's hash still tracks every edit.
+PARENT_MAX_CHARS = 12_000
+# Child chunks that are summaries of something bigger (module-level code, class outline).
+OUTLINE_MAX_CHARS = 4_000
+SUMMARY_MAX_CHARS = 300
+
+
+@dataclass
+class Definition:
+    """One function, method or class as a parser found it, before any id exists."""
+
+    kind: str                      # class | function | method
+    name: str
+    qualname: str                  # dotted, relative to the module: "Cart.total"
+    start_line: int                # 1-based, inclusive, decorators/attributes/annotations included
+    end_line: int
+    text: str                      # the full source of the definition
+    title: str                     # signature line: "def total(self)", "class Cart(Base)"
+    summary: str = ""
+    outline: str = ""              # classes only: header + docstring + member signatures
+    owner: int | None = None       # index (in Extraction.definitions) of the enclosing class
+    calls: list[tuple[str, int, str]] = field(default_factory=list)  # (callee_expr, line, text)
+    bases: list[tuple[str, int]] = field(default_factory=list)       # (base_expr, line)
+    class_name: str = ""           # methods whose type lives elsewhere (Go receivers, Rust impls)
+
+
+@dataclass
+class Extraction:
+    """What a language parser hands back for one file."""
+
+    definitions: list[Definition] = field(default_factory=list)
+    module_summary: str = ""
+    module_calls: list[tuple[str, int, str]] = field(default_factory=list)
+    # {imported, alias, from_module, name, kind, line, text}; see _import_fact for the meaning
+    imports: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    fallback: str = ""             # non-empty: the file did not parse; cut line windows instead
+
+
+def module_name_for(file_path: str) -> str:
+    """Dotted module name of a file: `src/shopcart/tax.py` -> `shopcart.tax`,
+    `pkg/__init__.py` -> `pkg`, `web/src/cart.ts` -> `web.src.cart`."""
+    path = PurePosixPath(file_path.replace("\\", "/").lstrip("/"))
+    parts = list(path.parts)
+    if path.suffix == ".py":
+        if len(parts) > 1 and parts[0] in ("src", "lib"):
+            parts = parts[1:]
+        parts[-1] = parts[-1][: -len(".py")]
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+    elif path.suffix:
+        parts[-1] = parts[-1][: -len(path.suffix)]
+    return ".".join(parts)
+
+
+def first_sentence(text: str) -> str:
+    """First sentence of a docstring or comment, whitespace collapsed, <= 300 chars."""
+    paragraph = re.split(r"\n\s*\n", text.strip(), maxsplit=1)[0]
+    flat = " ".join(paragraph.split())
+    match = re.search(r"[.!?](\s|$)", flat)
+    sentence = flat[: match.start() + 1] if match else flat
+    return sentence[:SUMMARY_MAX_CHARS]
+
+
+def cap_parent_text(text: str) -> str:
+    if len(text) <= PARENT_MAX_CHARS:
+        return text
+    cut = text.rfind("\n", 0, PARENT_MAX_CHARS) + 1 or PARENT_MAX_CHARS
+    rest = text[cut:].count("\n") + 1
+    return f"{text[:cut]}... [truncated: {rest} more lines; full text sha256 {sha256_hex(text)}]\n"
+
+
+def chunk_code(source_id: str, file_path: str, text: str, language: str) -> ParsedFile:
+    """Chunk one code file and extract its per-file graph. Unknown languages get line windows."""
+    if not text.strip():
+        return ParsedFile()
+    text = text.removeprefix("\ufeff")  # ast rejects a BOM; it is no part of the code
+    module_qn = module_name_for(file_path)
+    if language == "python":
+        from mtrag_resources.chunking.code_python import extract_python
+        extraction = extract_python(file_path, text, module_qn)
+    elif language in ("javascript", "typescript", "tsx", "java", "go", "rust"):
+        from mtrag_resources.chunking.code_treesitter import extract_treesitter
+        extraction = extract_treesitter(file_path, text, language, module_qn)
+    else:
+        extraction = Extraction(fallback="no parser for this language")
+    if extraction.fallback:
+        return _windows_file(source_id, file_path, text, language, module_qn, extraction)
+    return _FileAssembler(source_id, file_path, text, language, module_qn).build(extraction)
+
+
+def _windows_file(source_id, file_path, text, language, module_qn, extraction) -> ParsedFile:
+    asm = _FileAssembler(source_id, file_path, text, language, module_qn)
+    parsed = ParsedFile(warnings=list(extraction.warnings))
+    file_chunk = asm.file_parent(extraction.module_summary)
+    windows = line_windows(file_path, text, language, source_id=source_id,
+                           parent_id=file_chunk.chunk_id, symbol=module_qn)
+    for window in windows:
+        window.graph_ids = [asm.module_id]
+    parsed.chunks = [file_chunk, *windows]
+    parsed.nodes, parsed.relations = asm.file_and_module(file_chunk)
+    return parsed
+
+
+class _FileAssembler:
+    """Turns an Extraction into chunks, nodes, relations and facts for one file."""
+
+    def __init__(self, source_id: str, file_path: str, text: str, language: str, module_qn: str):
+        self.source_id, self.file_path, self.text = source_id, file_path, text
+        self.language, self.module_qn = language, module_qn
+        self.lines = split_lines(text)
+        self.file_id = f"{source_id}:file:{file_path}"
+        self.module_id = f"{source_id}:module:{module_qn}"
+
+    # -- pieces -----------------------------------------------------------------------------
+    def chunk(self, chunk_type, role, symbol, occurrence, parent_id, start, end, title, summary,
+              text, graph_ids) -> Chunk:
+        return Chunk(
+            chunk_id=stable_id(self.source_id, self.file_path, chunk_type, role, symbol, occurrence),
+            parent_id=parent_id, role=role, chunk_type=chunk_type, file_path=self.file_path,
+            start_line=start, end_line=end, title=title, summary=summary, symbol=symbol,
+            language=self.language, text=text, source_id=self.source_id, graph_ids=list(graph_ids),
+        ).finalize()
+
+    def relation(self, rel_type, src_id, dst_id, chunk: Chunk, evidence_text: str) -> GraphRelation:
+        return GraphRelation(
+            rel_id=stable_id(rel_type, src_id, dst_id), rel_type=rel_type, src_id=src_id,
+            dst_id=dst_id, evidence_file=self.file_path, evidence_start=chunk.start_line,
+            evidence_end=chunk.end_line, evidence_hash=chunk.content_hash,
+            evidence_text=evidence_text[:200], source_id=self.source_id,
+        )
+
+    def node(self, node_id, label, name, qualified_name, chunk: Chunk, start, end) -> GraphNode:
+        return GraphNode(
+            node_id=node_id, label=label, name=name, qualified_name=qualified_name,
+            source_id=self.source_id, file_path=self.file_path, start_line=start, end_line=end,
+            chunk_id=chunk.chunk_id, content_hash=chunk.content_hash,
+        )
+
+    def file_parent(self, summary: str) -> Chunk:
+        return self.chunk("file", "parent", self.module_qn, 1, None, 1, max(1, len(self.lines)),
+                          self.file_path, summary, cap_parent_text(self.text),
+                          [self.file_id, self.module_id])
+
+    def file_and_module(self, file_chunk: Chunk) -> tuple[list[GraphNode], list[GraphRelation]]:
+        end = max(1, len(self.lines))
+        nodes = [
+            self.node(self.file_id, "File", PurePosixPath(self.file_path).name, self.file_path,
+                      file_chunk, 1, end),
+            self.node(self.module_id, "Module", self.module_qn.rsplit(".", 1)[-1], self.module_qn,
+                      file_chunk, 1, end),
+        ]
+        return nodes, [self.relation("CONTAINS", self.file_id, self.module_id, file_chunk,
+                                     self.file_path)]
+
+    # -- the whole file ---------------------------------------------------------------------
+    def build(self, ex: Extraction) -> ParsedFile:
+        parsed = ParsedFile(warnings=list(ex.warnings))
+        file_chunk = self.file_parent(ex.module_summary)
+        parsed.chunks.append(file_chunk)
+        parsed.nodes, parsed.relations = self.file_and_module(file_chunk)
+
+        module_chunk = self.module_chunk(ex)
+        if module_chunk:
+            parsed.chunks.append(module_chunk)
+
+        defs = ex.definitions
+        seen: dict[tuple[str, str], int] = {}
+        children: list[Chunk] = []      # per definition, the child chunk
+        class_parents: dict[int, Chunk] = {}
+        node_ids: list[str] = []
+        for index, d in enumerate(defs):
+            symbol = f"{self.module_qn}.{d.qualname}" if self.module_qn else d.qualname
+            occurrence = seen[(d.kind, symbol)] = seen.get((d.kind, symbol), 0) + 1
+            owner_parent = class_parents.get(d.owner) if d.owner is not None else None
+            parent_id = owner_parent.chunk_id if owner_parent else file_chunk.chunk_id
+            label = d.kind.capitalize()
+            node_id = f"{self.source_id}:{d.kind}:{symbol}" + (f"#{occurrence}" if occurrence > 1 else "")
+            node_ids.append(node_id)
+            if d.kind == "class":
+                class_parents[index] = self.chunk(
+                    "class", "parent", symbol, occurrence, parent_id, d.start_line, d.end_line,
+                    d.title, d.summary, cap_parent_text(d.text), [node_id])
+                parsed.chunks.append(class_parents[index])
+                child_text = d.outline or d.text
+            else:
+                child_text = d.text
+            child = self.chunk(d.kind, "child", symbol, occurrence, parent_id, d.start_line,
+                               d.end_line, d.title, d.summary, child_text, [node_id])
+            children.append(child)
+            parsed.chunks.append(child)
+            parsed.nodes.append(self.node(node_id, label, d.name, symbol, child, d.start_line,
+                                          d.end_line))
+            definer = node_ids[d.owner] if d.owner is not None else self.module_id
+            parsed.relations.append(self.relation("DEFINES", definer, node_id, child, d.title))
+
+        # Facts for the source-level resolver; evidence is the innermost chunk holding the line.
+        def evidence(line: int) -> Chunk:
+            best = None
+            for index, d in enumerate(defs):
+                if d.start_line <= line <= d.end_line and (
+                        best is None or d.start_line >= defs[best].start_line):
+                    best = index
+            if best is None:
+                return module_chunk or file_chunk
+            return class_parents[best] if defs[best].kind == "class" else children[best]
+
+        def enclosing_class(index: int | None) -> tuple[str, str]:
+            while index is not None and defs[index].kind != "class":
+                index = defs[index].owner
+            if index is None:
+                return "", ""
+            return node_ids[index], children[index].symbol
+
+        for fact in ex.imports:
+            ev = evidence(fact["line"])
+            parsed.imports.append({
+                **fact, "module_qn": self.module_qn, "module_id": self.module_id,
+                "file_path": self.file_path, "language": self.language,
+                "evidence_hash": ev.content_hash, "chunk_id": ev.chunk_id,
+            })
+        call_sites = [(None, c) for c in ex.module_calls]
+        call_sites += [(i, c) for i, d in enumerate(defs) for c in d.calls]
+        for index, (expr, line, call_text) in call_sites:
+            ev = evidence(line)
+            class_id, class_qn = enclosing_class(index)
+            parsed.calls.append({
+                "caller_id": node_ids[index] if index is not None else self.module_id,
+                "caller_qn": children[index].symbol if index is not None else self.module_qn,
+                "callee_expr": expr, "file_path": self.file_path, "line": line,
+                "text": call_text[:200], "module_qn": self.module_qn, "language": self.language,
+                "class_id": class_id, "class_qn": class_qn,
+                "class_name": defs[index].class_name if index is not None else "",
+                "evidence_hash": ev.content_hash,
+            })
+        for index, d in enumerate(defs):
+            for base_expr, line in d.bases:
+                parsed.bases.append({
+                    "class_id": node_ids[index], "class_qn": children[index].symbol,
+                    "base_expr": base_expr, "text": base_expr, "file_path": self.file_path, "line": line,
+                    "module_qn": self.module_qn, "language": self.language,
+                    "evidence_hash": class_parents[index].content_hash,
+                })
+        return parsed
+
+    def module_chunk(self, ex: Extraction) -> Chunk | None:
+        """Module-level code: every line outside the top-level definitions (docstring, imports,
+        constants, `if __name__ == ...`), blank runs squeezed, capped."""
+        covered = set()  # all definitions: Go/Rust methods sit outside their type's span
+        for d in ex.definitions:
+            covered.update(range(d.start_line, d.end_line + 1))
+        kept: list[tuple[int, str]] = []
+        for number, line in enumerate(self.lines, start=1):
+            if number in covered or (not line.strip() and (not kept or not kept[-1][1].strip())):
+                continue
+            kept.append((number, line))
+        while kept and not kept[-1][1].strip():
+            kept.pop()
+        if not kept:
+            return None
+        body = "".join(line for _, line in kept)
+        if len(body) > OUTLINE_MAX_CHARS:
+            body = body[: body.rfind("\n", 0, OUTLINE_MAX_CHARS) + 1] + "...\n"
+        return self.chunk("module", "child", self.module_qn, 1, self.file_parent_id, kept[0][0],
+                          kept[-1][0], f"module {self.module_qn}", ex.module_summary, body,
+                          [self.module_id])
+
+    @property
+    def file_parent_id(self) -> str:
+        return stable_id(self.source_id, self.file_path, "file", "parent", self.module_qn, 1)

@@ -1,0 +1,227 @@
+"""Python definitions, imports and calls from the stdlib `ast` (exact spans, no grammar needed).
+
+Every walk here is iterative: a generated file with hundreds of nested blocks must not blow
+the interpreter stack in our code (the parser itself may still refuse it; that is a fallback)."""
+from __future__ import annotations
+
+import ast
+
+from mtrag_resources.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
+from mtrag_resources.chunking.windows import split_lines
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Statements whose bodies still belong to the enclosing scope (conditional definitions).
+_BLOCK_FIELDS = ("body", "orelse", "handlers", "finalbody", "cases")
+_TITLE_MAX = 200
+
+
+def extract_python(file_path: str, text: str, module_qn: str) -> Extraction:
+    try:
+        tree = ast.parse(text, filename=file_path)
+    except SyntaxError as exc:
+        return _fallback(f"{file_path}: SyntaxError line {exc.lineno}: {exc.msg}")
+    except (RecursionError, MemoryError, ValueError) as exc:
+        return _fallback(f"{file_path}: {type(exc).__name__} while parsing: {exc}")
+    try:
+        return _PythonFile(file_path, text, module_qn, tree).extract()
+    except RecursionError as exc:  # ast.unparse & co. on pathological expressions
+        return _fallback(f"{file_path}: RecursionError while extracting: {exc}")
+
+
+def _fallback(reason: str) -> Extraction:
+    return Extraction(fallback=reason, warnings=[f"{reason}; fell back to line windows"])
+
+
+def _start_line(node: ast.AST) -> int:
+    decorators = getattr(node, "decorator_list", [])
+    return min([node.lineno] + [d.lineno for d in decorators])
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """`self.helper` / `tax.lookup_rate` / `super().save` for a callee; None when not a name chain."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super":
+        parts.append("super()")
+    else:
+        return None
+    return ".".join(reversed(parts))
+
+
+def _walk_skipping(roots: list[ast.AST], skip: set[int]):
+    """ast.walk over several roots that does not enter nodes whose id() is in `skip`."""
+    stack = [r for r in reversed(roots) if id(r) not in skip]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if id(c) not in skip)
+
+
+class _PythonFile:
+    def __init__(self, file_path: str, text: str, module_qn: str, tree: ast.Module):
+        self.file_path, self.module_qn, self.tree = file_path, module_qn, tree
+        self.lines = split_lines(text)
+        self.is_package = file_path.endswith("__init__.py")
+
+    def extract(self) -> Extraction:
+        ex = Extraction(module_summary=first_sentence(ast.get_docstring(self.tree) or ""))
+        found = self.find_definitions()
+        extracted = {id(node) for node, _, _ in found}
+        for node, qualname, owner in found:
+            ex.definitions.append(self.definition(node, qualname, owner, found, extracted))
+        ex.module_calls = self.calls(list(self.tree.body), extracted)
+        ex.imports = self.imports()
+        return ex
+
+    # -- definitions ---------------------------------------------------------------------
+    def find_definitions(self) -> list[tuple[ast.AST, str, int | None]]:
+        """(node, qualname, owner index) for every class, and every function not nested in a
+        function, in source order. Functions inside functions fold into their enclosing one."""
+        raw: list[tuple[ast.AST, str, ast.AST | None]] = []
+        stack: list[tuple[ast.AST, str, ast.AST | None]] = [
+            (stmt, "", None) for stmt in reversed(self.tree.body)]
+        while stack:
+            node, prefix, owner = stack.pop()
+            if isinstance(node, _DEFS):
+                raw.append((node, prefix + node.name, owner))
+                if isinstance(node, ast.ClassDef):
+                    stack.extend((s, f"{prefix}{node.name}.", node) for s in reversed(node.body))
+                continue
+            if isinstance(node, ast.stmt):
+                for name in _BLOCK_FIELDS:
+                    for child in reversed(getattr(node, name, None) or []):
+                        stack.append((child, prefix, owner))
+            elif isinstance(node, (ast.ExceptHandler, ast.match_case)):
+                stack.extend((s, prefix, owner) for s in reversed(node.body))
+        raw.sort(key=lambda item: (_start_line(item[0]), item[0].col_offset))
+        index = {id(node): i for i, (node, _, _) in enumerate(raw)}
+        return [(node, qualname, index[id(owner)] if owner is not None else None)
+                for node, qualname, owner in raw]
+
+    def definition(self, node, qualname, owner, found, extracted) -> Definition:
+        start, end = _start_line(node), node.end_lineno
+        is_class = isinstance(node, ast.ClassDef)
+        in_class = owner is not None and isinstance(found[owner][0], ast.ClassDef)
+        kind = "class" if is_class else ("method" if in_class else "function")
+        d = Definition(
+            kind=kind, name=node.name, qualname=qualname, start_line=start, end_line=end,
+            text="".join(self.lines[start - 1:end]), title=self.title(node),
+            summary=self.summary(node, start), owner=owner,
+        )
+        if is_class:
+            d.outline = self.outline(node)
+            d.bases = [(b, line) for b, line in
+                       ((_dotted(base), base.lineno) for base in node.bases) if b]
+            # Class-body statements run at definition time; methods own their own calls.
+            d.calls = self.calls([node], extracted - {id(node)})
+        else:
+            d.calls = self.calls([node], set())
+        return d
+
+    def title(self, node) -> str:
+        try:
+            if isinstance(node, ast.ClassDef):
+                args = [ast.unparse(b) for b in node.bases]
+                args += [f"{k.arg}={ast.unparse(k.value)}" if k.arg else f"**{ast.unparse(k.value)}"
+                         for k in node.keywords]
+                title = f"class {node.name}({', '.join(args)})" if args else f"class {node.name}"
+            else:
+                prefix = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+                returns = f" -> {ast.unparse(node.returns)}" if node.returns else ""
+                title = f"{prefix} {node.name}({ast.unparse(node.args)}){returns}"
+        except (RecursionError, ValueError):
+            title = self.lines[node.lineno - 1].strip().rstrip(":")
+        return " ".join(title.split())[:_TITLE_MAX]
+
+    def summary(self, node, start: int) -> str:
+        doc = ast.get_docstring(node)
+        if doc:
+            return first_sentence(doc)
+        comments: list[str] = []  # a `# ...` block right above the definition
+        number = start - 1
+        while number >= 1 and self.lines[number - 1].strip().startswith("#"):
+            comments.insert(0, self.lines[number - 1].strip().lstrip("#").strip())
+            number -= 1
+        return first_sentence("\n".join(comments))
+
+    def outline(self, node: ast.ClassDef) -> str:
+        """Class header, docstring, then each member's signature (bodies elided) and the simple
+        class-level statements (fields), so the class child stays small."""
+        start = _start_line(node)
+        body = node.body
+        if body[0].lineno == node.lineno:  # `class A: pass`
+            return "".join(self.lines[start - 1:node.end_lineno])
+        out = self.lines[start - 1:body[0].lineno - 1]
+        for stmt in body:
+            first = _start_line(stmt)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sig_end = stmt.body[0].lineno - 1 if stmt.body[0].lineno > stmt.lineno else stmt.lineno
+                out += self.lines[first - 1:sig_end]
+                if sig_end < stmt.end_lineno:
+                    indent = self.lines[stmt.lineno - 1][: stmt.col_offset]
+                    out.append(f"{indent}    ...\n")
+            elif isinstance(stmt, ast.ClassDef) or any(
+                    getattr(stmt, name, None) for name in _BLOCK_FIELDS):
+                out += self.lines[first - 1:stmt.lineno]  # compound: its header line only
+            else:
+                out += self.lines[first - 1:stmt.end_lineno]
+        text = "".join(out)
+        if len(text) > OUTLINE_MAX_CHARS:
+            text = text[: text.rfind("\n", 0, OUTLINE_MAX_CHARS) + 1] + "    ...\n"
+        return text
+
+    # -- facts ---------------------------------------------------------------------------
+    def snippet(self, node: ast.AST) -> str:
+        line = self.lines[node.lineno - 1].encode("utf-8")
+        end = node.end_col_offset if node.end_lineno == node.lineno else len(line)
+        return line[node.col_offset:end].decode("utf-8", "replace").strip()[:120]
+
+    def calls(self, roots: list[ast.AST], skip: set[int]) -> list[tuple[str, int, str]]:
+        """Callee name chains under `roots`, first occurrence of each. A decorator counts as a
+        call of the decorated function (it is one: `f = deco(f)`)."""
+        found: dict[str, tuple[str, int, str]] = {}
+        for node in _walk_skipping(roots, skip):
+            targets = []
+            if isinstance(node, ast.Call):
+                targets.append((node.func, node))
+            if isinstance(node, _DEFS):
+                targets += [(d, d) for d in node.decorator_list if not isinstance(d, ast.Call)]
+            for func, site in targets:
+                expr = _dotted(func)
+                if expr and (expr not in found or site.lineno < found[expr][1]):
+                    found[expr] = (expr, site.lineno, self.snippet(site))
+        return sorted(found.values(), key=lambda call: (call[1], call[0]))
+
+    def package_for(self, level: int) -> str:
+        parts = self.module_qn.split(".") if self.module_qn else []
+        if not self.is_package:
+            parts = parts[:-1]
+        return ".".join(parts[: max(0, len(parts) - (level - 1))])
+
+    def imports(self) -> list[dict]:
+        facts = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = alias.name if alias.asname else alias.name.split(".")[0]
+                    facts.append(dict(kind="import", imported=alias.name, from_module="",
+                                      name="", alias=alias.asname or bound, bound=bound,
+                                      line=node.lineno, text=self.snippet(node)))
+            elif isinstance(node, ast.ImportFrom):
+                base = self.package_for(node.level) if node.level else ""
+                module = ".".join(p for p in (base, node.module or "") if p)
+                for alias in node.names:
+                    if alias.name == "*":
+                        facts.append(dict(kind="star", imported=module, from_module=module,
+                                          name="*", alias="", bound=module, line=node.lineno,
+                                          text=self.snippet(node)))
+                        continue
+                    target = f"{module}.{alias.name}" if module else alias.name
+                    facts.append(dict(kind="from", imported=target, from_module=module,
+                                      name=alias.name, alias=alias.asname or alias.name,
+                                      bound=target, line=node.lineno, text=self.snippet(node)))
+        return sorted(facts, key=lambda f: f["line"])

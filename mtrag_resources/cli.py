@@ -1,0 +1,167 @@
+"""The `mtrag` command. Heavy imports (Dagster, torch, store clients) happen inside the commands
+that need them, so `mtrag build` with nothing changed answers before loading any of them."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from .config import Settings
+
+
+def _settings() -> Settings:
+    return Settings.from_env().ensure()
+
+
+def _load_specs(settings: Settings):
+    from .sources import load_sources, validate_roots
+    specs = load_sources(settings.sources_file)
+    validate_roots(specs, settings.sources_file)
+    return specs
+
+
+def cmd_build(args) -> int:
+    t0 = time.perf_counter()
+    settings = _settings()
+    specs = _load_specs(settings)
+    if not args.source and not args.force:
+        from .buildstate import changed_sources
+        from .embedder import EmbedderConfig, Embedder, fingerprint_id_of
+        fp = Embedder(EmbedderConfig.from_env()).fingerprint_without_loading()
+        changed, removed = changed_sources(settings, specs, fingerprint_id_of(fp) if fp else None)
+        if not changed and not removed:
+            print(f"nothing changed since the published generation ({time.perf_counter() - t0:.2f} s)")
+            return 0
+    from .neo4j_server import neo4j_connection
+    neo4j_connection(settings, start=True)
+    from mtrag_assets.runner import run_build
+    summary = run_build(settings, specs, only=args.source or None, force=args.force)
+    from .manifest import load_current
+    current = load_current(settings.manifest_dir) or {}
+    print(f"built {summary['built'] or 'nothing'}; removed {summary['removed'] or 'nothing'}; "
+          f"published generation {current.get('generation')} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _reader(args=None):
+    from .serving.reader import IndexReader
+    return IndexReader(home=str(_settings().home))
+
+
+def cmd_query(args) -> int:
+    reader = _reader()
+    result = reader.query(args.text, k=args.k, kind=args.kind, mode=args.mode)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+    else:
+        from .serving.render import render_query
+        print(render_query(result))
+    return 0
+
+
+def cmd_paths(args) -> int:
+    reader = _reader()
+    rels = [r.strip().upper() for r in args.rel.split(",")] if args.rel else None
+    result = reader.paths(args.from_name, to_name=args.to, rel_types=rels, direction=args.direction,
+                          max_hops=args.max_hops)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+    else:
+        from .serving.render import render_paths
+        print(render_paths(result))
+    return 0
+
+
+def cmd_status(args) -> int:
+    result = _reader().status()
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+    else:
+        from .serving.render import render_status
+        print(render_status(result))
+    return 0 if result.get("generation") is not None else 1
+
+
+def cmd_serve(args) -> int:
+    from .serving.http import serve
+    serve(_reader(), host=args.host, port=args.port, api_key=os.environ.get("MTRAG_API_KEY") or None)
+    return 0
+
+
+def cmd_neo4j(args) -> int:
+    from . import neo4j_server
+    settings = _settings()
+    result = {"start": neo4j_server.cli_start, "stop": neo4j_server.cli_stop,
+              "status": neo4j_server.cli_status}[args.action](settings)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"neo4j: {'running' if result.get('running') else 'not running'}"
+              + (f" at {result['uri']}" if result.get("uri") else ""))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+    return run_demo(_settings())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mtrag", description="Build and query mtrag's retrieval indexes.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="materialise changed sources through Dagster and publish a generation")
+    p.add_argument("--source", action="append", metavar="ID", help="build only this source (repeatable)")
+    p.add_argument("--force", action="store_true", help="rebuild every source even when nothing changed")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("query", help="query the published generation")
+    p.add_argument("text")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--kind", choices=["code", "docs"])
+    p.add_argument("--mode", choices=["hybrid", "dense", "lexical", "exact", "bundles"], default="hybrid")
+    p.set_defaults(func=cmd_query)
+
+    p = sub.add_parser("paths", help="verified graph paths from a symbol")
+    p.add_argument("--from", dest="from_name", required=True)
+    p.add_argument("--to")
+    p.add_argument("--rel", help="comma-separated relation types, e.g. CALLS,INHERITS")
+    p.add_argument("--direction", choices=["out", "in"], default="out")
+    p.add_argument("--max-hops", type=int, default=4)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_paths)
+
+    p = sub.add_parser("status", help="the published generation and each store's marker")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("serve", help="HTTP: POST /v1/query, GET /v1/status, GET /healthz")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("neo4j", help="the local Neo4j server (unless NEO4J_URI names another)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_neo4j)
+
+    p = sub.add_parser("demo", help="build the demo sources, publish, and print real answers")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .sources import SourceConfigError
+    try:
+        return args.func(args)
+    except SourceConfigError as exc:
+        print(f"mtrag: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""`mtrag demo`: build the demo sources through Dagster, publish a generation, and print real
+answers: a semantic question, an exact identifier, a docs-to-code bridge, a call path."""
+from __future__ import annotations
+
+import time
+
+from .config import Settings
+
+QUESTIONS = [
+    ("semantic question", dict(text="how do I prompt the user for a password on the command line", mode="hybrid")),
+    ("exact identifier", dict(text="click.core.Context.invoke", mode="hybrid", k=3)),
+    ("docs-to-code bridge", dict(text="how do I make a group of commands with subcommands", mode="hybrid", kind="docs", k=5)),
+]
+PATH_FROM = "click.core.Context.invoke"
+
+
+def run_demo(settings: Settings) -> int:
+    from .cli import _load_specs
+    from .neo4j_server import neo4j_connection
+    from .serving.reader import IndexReader
+    from .serving.render import render_paths, render_query
+
+    t0 = time.perf_counter()
+    specs = _load_specs(settings)
+    neo4j_connection(settings, start=True)
+    from mtrag_assets.runner import run_build
+    summary = run_build(settings, specs)
+    print(f"\n== build: {summary['built'] or 'nothing changed'} in {time.perf_counter() - t0:.1f} s")
+    reader = IndexReader(home=str(settings.home))
+    status = reader.status()
+    print(f"== published generation {status['generation']}; stale channels: {len(status['stale'])}")
+    for label, q in QUESTIONS:
+        result = reader.query(**q)
+        print(f"\n== {label}")
+        print(render_query({**result, "hits": result["hits"][:3]}))
+    print(f"\n== call path from {PATH_FROM}")
+    print(render_paths(reader.paths(PATH_FROM, rel_types=["CALLS"], max_hops=2)))
+    reader.close()
+    return 0

@@ -1,0 +1,292 @@
+"""Source-level code graph: resolve the per-file facts (imports, calls, bases) of every file in a
+source against one symbol table and emit IMPORTS, INHERITS and CALLS edges.
+
+Only targets inside the source get an edge; external names are dropped, not guessed. An edge is
+VERIFIED when scope rules lead to exactly one target; INFERRED (with `candidates`) when several
+targets fit or when only a method name matched an unknown receiver (`obj.save()`)."""
+from __future__ import annotations
+
+import builtins
+import posixpath
+from collections import defaultdict
+
+from mtrag_resources.models import GraphNode, GraphRelation, ParsedFile, stable_id
+
+_SYMBOL_LABELS = ("Module", "Class", "Function", "Method")
+_JS = ("javascript", "typescript", "tsx")
+_PY_BUILTINS = set(dir(builtins))
+# An unknown receiver matching more methods than this says nothing about the target.
+_MAX_NAME_CANDIDATES = 5
+_MAX_DEPTH = 6
+
+
+def resolve_code_graph(source_id: str,
+                       parsed: list[ParsedFile]) -> tuple[list[GraphNode], list[GraphRelation]]:
+    """The whole code graph of one source: every file's nodes and structural relations
+    (deduplicated by id) plus the resolved IMPORTS, INHERITS and CALLS edges."""
+    resolver = _Resolver(parsed)
+    relations: dict[str, GraphRelation] = {r.rel_id: r for pf in parsed for r in pf.relations}
+
+    def add(rel_type: str, src_id: str, targets: list[str], verified: bool, fact: dict) -> None:
+        if not targets:
+            return
+        dst = resolver.by_qn[targets[0]]
+        if dst.node_id == src_id and rel_type != "CALLS":
+            return
+        rel_id = stable_id(rel_type, src_id, dst.node_id)
+        if rel_id in relations:
+            return
+        several = len(targets) > 1 or not verified
+        relations[rel_id] = GraphRelation(
+            rel_id=rel_id, rel_type=rel_type, src_id=src_id, dst_id=dst.node_id,
+            confidence="INFERRED" if several else "VERIFIED",
+            candidates=sorted(targets) if several else [],
+            evidence_file=fact["file_path"], evidence_start=fact["line"],
+            evidence_end=fact["line"], evidence_hash=fact.get("evidence_hash", ""),
+            evidence_text=fact.get("text", "")[:200], source_id=source_id,
+        )
+
+    for pf in parsed:  # bases first: `self.m()` may resolve to an inherited method
+        for fact in pf.bases:
+            targets = [t for t in resolver.resolve(fact["base_expr"], fact, in_class=False)[0]
+                       if resolver.by_qn[t].label == "Class" and t != fact["class_qn"]]
+            if fact["class_id"] in resolver.by_id and targets:
+                resolver.class_bases[fact["class_qn"]].append(targets[0])
+                add("INHERITS", fact["class_id"], targets, len(targets) == 1, fact)
+    for pf in parsed:
+        for fact in pf.imports:
+            for target in resolver.import_targets(fact):
+                add("IMPORTS", fact["module_id"], [target], True, fact)
+        for fact in pf.calls:
+            targets, verified = resolver.resolve(fact["callee_expr"], fact, in_class=True)
+            add("CALLS", fact["caller_id"], targets, verified, fact)
+
+    nodes: dict[str, GraphNode] = {}
+    for pf in parsed:
+        for node in pf.nodes:
+            nodes.setdefault(node.node_id, node)
+    return list(nodes.values()), list(relations.values())
+
+
+class _Resolver:
+    def __init__(self, parsed: list[ParsedFile]):
+        self.by_id: dict[str, GraphNode] = {}
+        self.by_qn: dict[str, GraphNode] = {}       # first occurrence wins for repeated names
+        self.language: dict[str, str] = {}          # module qn -> language
+        self.package: dict[tuple[str, str], list[str]] = defaultdict(list)  # (dir, lang) -> modules
+        self.members: dict[str, dict[str, str]] = defaultdict(dict)  # container qn -> name -> qn
+        self.aliases: dict[str, dict[str, str]] = defaultdict(dict)  # module -> local -> bound
+        self.stars: dict[str, list[str]] = defaultdict(list)
+        self.class_bases: dict[str, list[str]] = defaultdict(list)
+        self.methods_by_name: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for pf in parsed:
+            language = pf.chunks[0].language if pf.chunks else ""
+            for node in pf.nodes:
+                self.by_id.setdefault(node.node_id, node)
+                if node.label in _SYMBOL_LABELS:
+                    self.by_qn.setdefault(node.qualified_name, node)
+                if node.label == "Module":
+                    self.language[node.qualified_name] = language
+                    directory = posixpath.dirname(node.file_path)
+                    self.package[(directory, language)].append(node.qualified_name)
+                if node.label == "Method":
+                    key = (language, node.name)
+                    if node.qualified_name not in self.methods_by_name[key]:
+                        self.methods_by_name[key].append(node.qualified_name)
+            for rel in pf.relations:
+                if rel.rel_type == "DEFINES":
+                    dst = self.by_id.get(rel.dst_id)
+                    if dst is not None:
+                        # A Go/Rust method defined away from its type hangs under `module.Type`.
+                        container = dst.qualified_name.rsplit(".", 1)[0]
+                        self.members[container].setdefault(dst.name, dst.qualified_name)
+            for fact in pf.imports:
+                if fact["kind"] == "star":
+                    self.stars[fact["module_qn"]].append(fact["bound"])
+                elif fact["alias"]:
+                    self.aliases[fact["module_qn"]].setdefault(fact["alias"], fact["bound"])
+        self._suffix_memo: dict[tuple[str, str], list[str]] = {}
+        self.module_index = {qn[: -len(".index")]: qn for qn in self.language
+                             if qn.endswith(".index") and self.language[qn] in _JS}
+
+    # -- lookups -------------------------------------------------------------------------
+    def mro(self, class_qn: str) -> list[str]:
+        order, stack = [], [class_qn]
+        while stack:
+            current = stack.pop()
+            if current not in order:
+                order.append(current)
+                stack.extend(reversed(self.class_bases.get(current, [])))
+        return order
+
+    def member(self, class_qn: str, attr: str) -> list[str]:
+        """`attr` on a class or the first in-source base that defines it."""
+        for cls in self.mro(class_qn):
+            qn = f"{cls}.{attr}"
+            if qn in self.by_qn:
+                return [qn]
+        return []
+
+    def canon(self, qn: str, depth: int = 0) -> list[str]:
+        """An absolute dotted name -> the in-source symbol it denotes, following re-exports
+        (`pkg/__init__.py: from .core import X`), star imports and inherited members."""
+        if qn in self.by_qn:
+            return [qn]
+        parts = qn.split(".")
+        if depth > _MAX_DEPTH or len(parts) < 2:
+            return []
+        for cut in range(len(parts) - 1, 0, -1):
+            prefix, head, rest = ".".join(parts[:cut]), parts[cut], parts[cut + 1:]
+            if prefix in self.module_index:  # JS `./util` meaning `./util/index`
+                return self.canon(".".join([self.module_index[prefix], head, *rest]), depth + 1)
+            node = self.by_qn.get(prefix)
+            if node is None:
+                continue
+            if node.label == "Class":
+                return self.member(prefix, head) if not rest else []
+            if node.label != "Module":
+                return []
+            if head in self.aliases.get(prefix, {}):
+                return self.canon(".".join([self.aliases[prefix][head], *rest]), depth + 1)
+            for star in self.stars.get(prefix, []):
+                found = self.canon(".".join([star, head, *rest]), depth + 1)
+                if found:
+                    return found
+            return []
+        return []
+
+    def suffix(self, dotted: str, language: str) -> list[str]:
+        """Java/Rust imports name packages, not files: match a dotted tail of a qualified name.
+        `com.shop.Tax` -> module `src.main.java.com.shop.Tax` -> its class `...Tax.Tax`."""
+        key = (dotted, language)
+        if key not in self._suffix_memo:
+            self._suffix_memo[key] = self._suffix(dotted, language)
+        return self._suffix_memo[key]
+
+    def _suffix(self, dotted: str, language: str) -> list[str]:
+        parts = dotted.split(".")
+        while parts and parts[0] in ("crate", "self", "super"):
+            parts = parts[1:]
+        if not parts:
+            return []
+        tail = ".".join(parts)
+        found = []
+        for qn, node in self.by_qn.items():
+            if (qn == tail or qn.endswith("." + tail)) and self.language_of(qn) == language:
+                same_named = f"{qn}.{parts[-1]}"
+                found.append(same_named if node.label == "Module" and same_named in self.by_qn else qn)
+        return sorted(set(found))
+
+    def language_of(self, qn: str) -> str:
+        while qn and qn not in self.language:
+            qn = qn.rpartition(".")[0]
+        return self.language.get(qn, "")
+
+    def go_package(self, import_path: str) -> list[str]:
+        """Modules of the in-source directory an import path ends with (longest match)."""
+        best = None
+        for directory, language in self.package:
+            if language == "go" and directory and (
+                    import_path == directory or import_path.endswith("/" + directory)):
+                if best is None or len(directory) > len(best):
+                    best = directory
+        return self.package.get((best, "go"), []) if best is not None else []
+
+    # -- facts ---------------------------------------------------------------------------
+    def import_targets(self, fact: dict) -> list[str]:
+        language, imported = fact["language"], fact["imported"]
+        if language == "go":
+            return self.go_package(imported)[:20]
+        if language in ("java", "rust"):
+            found = self.suffix(imported, language)
+            return found if len(found) == 1 else []
+        found = self.canon(imported) or (self.canon(fact["from_module"]) if fact["from_module"] else [])
+        if not found and language in _JS and imported in self.module_index:
+            found = [self.module_index[imported]]
+        return [t for t in found if t != fact["module_qn"]
+                and self.by_qn[t].label in ("Module", "Class", "Function")]
+
+    def resolve(self, expr: str, fact: dict, in_class: bool) -> tuple[list[str], bool]:
+        """Candidates for a callee or base expression, and whether scope rules pinned them."""
+        found = self._scoped(expr, fact, in_class)
+        if found:
+            return sorted(set(found)), len(set(found)) == 1
+        return self._by_method_name(expr, fact), False
+
+    def _scoped(self, expr: str, fact: dict, in_class: bool) -> list[str]:
+        language, module = fact["language"], fact["module_qn"]
+        class_qn, class_name = fact.get("class_qn", ""), fact.get("class_name", "")
+        head, *rest = expr.split(".")
+        if head in ("self", "cls") and in_class and len(rest) == 1:
+            if head == "cls" and language != "python":
+                return []
+            if class_qn:
+                found = self.member(class_qn, rest[0])
+                if found:
+                    return found
+            return self._receiver_method(class_name, rest[0], fact)
+        if head in ("super", "super()") and in_class and len(rest) == 1 and class_qn:
+            for base in self.class_bases.get(class_qn, []):
+                found = self.member(base, rest[0])
+                if found:
+                    return found
+            return []
+        if head in ("self", "cls", "super", "super()"):
+            return []
+        if language == "java" and in_class and class_qn and not rest:
+            found = self.member(class_qn, head)  # Java: a bare call is `this.` or static
+            if found:
+                return found
+        if head in self.members.get(module, {}):
+            return self.canon(f"{module}.{expr}")
+        if head in self.aliases.get(module, {}):
+            bound = self.aliases[module][head]
+            if language == "go":
+                return [qn for m in self.go_package(bound) if rest
+                        for qn in self.canon(f"{m}.{'.'.join(rest)}")]
+            if language in ("java", "rust"):
+                return [qn for base in self.suffix(bound, language)
+                        for qn in (self.canon(".".join([base, *rest])) if rest else [base])]
+            return self.canon(".".join([bound, *rest]))
+        if language == "rust" and head == "crate":
+            return self.suffix(expr, language)
+        if language == "python":
+            found = self.canon(expr)
+            if found:
+                return found
+        for star in self.stars.get(module, []):
+            found = self.canon(f"{star}.{expr}") if language not in ("java", "rust") else \
+                [qn for base in self.suffix(star, language) for qn in self.canon(f"{base}.{expr}")]
+            if found:
+                return found
+        if language in ("go", "java"):  # same package = same directory, no import needed
+            directory = posixpath.dirname(fact["file_path"])
+            return [qn for m in self.package.get((directory, language), [])
+                    if m != module and head in self.members.get(m, {})
+                    for qn in self.canon(f"{m}.{expr}")]
+        return []
+
+    def _receiver_method(self, class_name: str, attr: str, fact: dict) -> list[str]:
+        """Go/Rust methods whose type is declared in another file: `module.Type.attr` in the
+        same package (Go) or file (Rust)."""
+        if not class_name:
+            return []
+        if fact["language"] == "go":
+            modules = self.package.get((posixpath.dirname(fact["file_path"]), "go"), [])
+        else:
+            modules = [fact["module_qn"]]
+        return [f"{m}.{class_name}.{attr}" for m in modules if f"{m}.{class_name}.{attr}" in self.by_qn]
+
+    def _by_method_name(self, expr: str, fact: dict) -> list[str]:
+        """`obj.save()` on a receiver we cannot type: every in-source method named `save`,
+        only when few enough to be informative. Never for imported or builtin heads."""
+        head, _, attr = expr.partition(".")
+        if not attr:
+            return []
+        attr = attr.rsplit(".", 1)[-1]
+        module, language = fact["module_qn"], fact["language"]
+        if head in self.aliases.get(module, {}) or head in self.members.get(module, {}) or \
+                (language == "python" and head in _PY_BUILTINS) or head in self.by_qn:
+            return []
+        found = self.methods_by_name.get((language, attr), [])
+        return sorted(found) if 0 < len(found) <= _MAX_NAME_CANDIDATES else []

@@ -1,0 +1,159 @@
+"""`raw_source`: the file inventory of one source.
+
+Hashing every file on every run is what makes "nothing changed" expensive, so a stat cache
+(size + mtime_ns -> sha256) from the previous snapshot lets an unchanged file skip its read."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .filetypes import classify
+from .globs import matches_any
+
+ALWAYS_EXCLUDED_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache",
+                        ".pytest_cache", ".tox", ".hg", ".svn"}
+SNIFF_BYTES = 8192
+
+
+@dataclass
+class FileEntry:
+    path: str            # relative to the source root, forward slashes
+    size: int
+    mtime_ns: int
+    sha256: str
+    category: str        # code | doc | ""
+    language: str        # python, markdown, ... or ""
+    status: str          # ok | skipped
+    reason: str = ""     # why skipped, or a warning for an ok file (e.g. invalid UTF-8 replaced)
+
+
+@dataclass
+class Inventory:
+    source_id: str
+    root: str
+    commit: str
+    files: list[FileEntry]
+
+    @property
+    def included(self) -> list[FileEntry]:
+        return [f for f in self.files if f.status == "ok"]
+
+    @property
+    def skipped(self) -> list[FileEntry]:
+        return [f for f in self.files if f.status == "skipped"]
+
+    @property
+    def digest(self) -> str:
+        """Identity of the snapshot: paths, contents and skip reasons; not mtimes."""
+        h = hashlib.sha256()
+        for f in sorted(self.files, key=lambda f: f.path):
+            h.update(f"{f.path}\0{f.sha256}\0{f.status}\0{f.reason}\n".encode())
+        return h.hexdigest()
+
+    def to_json(self) -> str:
+        return json.dumps({"source_id": self.source_id, "root": self.root, "commit": self.commit,
+                           "digest": self.digest, "files": [asdict(f) for f in self.files]}, indent=0)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Inventory":
+        doc = json.loads(text)
+        return cls(doc["source_id"], doc["root"], doc["commit"], [FileEntry(**f) for f in doc["files"]])
+
+
+def git_commit(root: Path) -> str:
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _walk(root: Path):
+    """Yield (rel_path, abs_path, skip_reason|None). Symlinked directories are not followed, which
+    also makes symlink loops harmless."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        base = Path(dirpath)
+        keep = []
+        for d in sorted(dirnames):
+            full = base / d
+            rel = full.relative_to(root).as_posix()
+            if d in ALWAYS_EXCLUDED_DIRS:
+                continue
+            if full.is_symlink():
+                yield rel, full, "symlinked directory not followed"
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            full = base / name
+            yield full.relative_to(root).as_posix(), full, None
+
+
+def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
+         previous: Inventory | None = None) -> Inventory:
+    root = Path(root).resolve()
+    cache = {f.path: f for f in previous.files} if previous else {}
+    files: list[FileEntry] = []
+    for rel, full, walk_reason in _walk(root):
+        if not matches_any(rel, include) or matches_any(rel, exclude):
+            continue
+        files.append(_entry(root, rel, full, walk_reason, max_file_bytes, cache.get(rel)))
+    return Inventory(source_id=source_id, root=str(root), commit=git_commit(root), files=files)
+
+
+def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, cached) -> FileEntry:
+    kind = classify(rel)
+    category, language = kind if kind else ("", "")
+
+    def skipped(reason: str, size: int = 0, mtime_ns: int = 0) -> FileEntry:
+        return FileEntry(rel, size, mtime_ns, "", category, language, "skipped", reason)
+
+    if walk_reason:
+        return skipped(walk_reason)
+    if full.is_symlink():
+        try:
+            target = full.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return skipped("broken or looping symlink")
+        if not target.is_relative_to(root):
+            return skipped(f"symlink leaves the source root (-> {target})")
+    try:
+        st = full.stat()
+    except OSError as exc:
+        return skipped(f"unreadable: {exc.strerror}")
+    if not kind:
+        return skipped("unsupported file type", st.st_size, st.st_mtime_ns)
+    if st.st_size > max_file_bytes:
+        return skipped(f"larger than max_file_bytes ({st.st_size} > {max_file_bytes})", st.st_size, st.st_mtime_ns)
+    if cached and cached.size == st.st_size and cached.mtime_ns == st.st_mtime_ns and cached.sha256:
+        return FileEntry(rel, st.st_size, st.st_mtime_ns, cached.sha256, category, language,
+                         cached.status, cached.reason)
+    with open(full, "rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+    if b"\0" in head:
+        return skipped("binary file (NUL byte in the first 8 KiB)", st.st_size, st.st_mtime_ns)
+    data = full.read_bytes()
+    reason = ""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"invalid UTF-8 at byte {exc.start}; decoded with replacement characters"
+    return FileEntry(rel, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest(), category,
+                     language, "ok", reason)
+
+
+def read_text(root: Path, entry: FileEntry) -> str:
+    return (Path(root) / entry.path).read_bytes().decode("utf-8", errors="replace")

@@ -1,0 +1,136 @@
+"""Resolve the references docs make (roles, autodoc directives, code spans) against the symbols of
+every code source: exact qualified names, re-exports (`from .core import Group` in a package's
+`__init__`), the `currentmodule` context, members inherited through INHERITS, then dotted
+suffixes. One candidate is VERIFIED; several stay INFERRED with their candidates."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .models import DocReference, GraphNode, GraphRelation, stable_id
+
+CODE_LABELS = {"Module", "Class", "Function", "Method"}
+IMPLEMENTS_ROLES = {"autofunction", "autoclass", "automethod", "automodule", "autoexception",
+                    "autodata", "autoattribute", "autodecorator", "function", "class", "method"}
+
+
+@dataclass
+class SymbolIndex:
+    by_qn: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))
+    by_short: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))
+    exports: dict[str, str] = field(default_factory=dict)            # "pkg.Name" -> "pkg.mod.Name"
+    bases: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # class qn -> base qns
+
+    def add_nodes(self, nodes: list[GraphNode]) -> None:
+        for n in nodes:
+            if n.label in CODE_LABELS:
+                self.by_qn[n.qualified_name].append(n)
+                self.by_short[n.name].append(n)
+
+    def add_relations(self, nodes_by_id: dict[str, GraphNode], relations: list[GraphRelation]) -> None:
+        for r in relations:
+            if r.rel_type == "INHERITS" and r.src_id in nodes_by_id and r.dst_id in nodes_by_id:
+                self.bases[nodes_by_id[r.src_id].qualified_name].append(nodes_by_id[r.dst_id].qualified_name)
+
+    def add_imports(self, imports: list[dict]) -> None:
+        """Re-exports: `from .core import Group` in module `click` makes `click.Group` a name."""
+        for imp in imports:
+            module = imp.get("module_qn") or ""
+            target = imp.get("imported") or ""
+            if not module or not target:
+                continue
+            local = imp.get("alias") or target.rsplit(".", 1)[-1]
+            self.exports.setdefault(f"{module}.{local}", target)
+
+    def lookup(self, qn: str, depth: int = 0) -> list[GraphNode]:
+        if qn in self.by_qn:
+            return self.by_qn[qn]
+        if depth < 4 and qn in self.exports and self.exports[qn] != qn:
+            return self.lookup(self.exports[qn], depth + 1)
+        # A re-exported prefix: click.Group.command -> click.core.Group.command
+        head, _, tail = qn.rpartition(".")
+        if head and depth < 4:
+            for owner in self.lookup(head, depth + 1):
+                found = self.by_qn.get(f"{owner.qualified_name}.{tail}")
+                if found:
+                    return found
+                inherited = self._inherited(owner.qualified_name, tail)
+                if inherited:
+                    return inherited
+        return []
+
+    def _inherited(self, class_qn: str, member: str, seen: set | None = None) -> list[GraphNode]:
+        seen = seen or set()
+        for base in self.bases.get(class_qn, []):
+            if base in seen:
+                continue
+            seen.add(base)
+            found = self.by_qn.get(f"{base}.{member}") or self._inherited(base, member, seen)
+            if found:
+                return found
+        return []
+
+    def suffix(self, dotted: str) -> list[GraphNode]:
+        last = dotted.rsplit(".", 1)[-1]
+        return [n for n in self.by_short.get(last, [])
+                if n.qualified_name == dotted or n.qualified_name.endswith("." + dotted)]
+
+
+def clean_target(target: str) -> str:
+    t = target.strip().lstrip("~").lstrip(".").removesuffix("()")
+    return t.strip("`")
+
+
+def resolve_reference(index: SymbolIndex, ref: DocReference) -> list[GraphNode]:
+    target = clean_target(ref.target)
+    if not target or not all(part.isidentifier() for part in target.split(".")):
+        return []
+    attempts = [target]
+    if ref.module_context and not target.startswith(ref.module_context + "."):
+        attempts.insert(0, f"{ref.module_context}.{target}")
+    for qn in attempts:
+        found = index.lookup(qn)
+        if found:
+            return _unique(found)
+    # Plain code spans of a bare short name are too weak for a suffix guess over the whole index.
+    if ref.ref_kind == "code_span" and "." not in target:
+        return _unique(index.by_qn.get(target, []))
+    return _unique(index.suffix(target))
+
+
+def _unique(nodes: list[GraphNode]) -> list[GraphNode]:
+    seen, out = set(), []
+    for n in nodes:
+        if n.node_id not in seen:
+            seen.add(n.node_id)
+            out.append(n)
+    return sorted(out, key=lambda n: n.qualified_name)
+
+
+def link_for(ref: DocReference, candidates: list[GraphNode], confidence_override: str | None = None) -> GraphRelation:
+    rel_type = "IMPLEMENTS" if ref.ref_kind == "directive" and ref.role in IMPLEMENTS_ROLES else "MENTIONS"
+    src = f"chunk:{ref.chunk_id}"
+    dst = candidates[0]
+    confidence = confidence_override or ("VERIFIED" if len(candidates) == 1 else "INFERRED")
+    return GraphRelation(
+        rel_id=stable_id(rel_type, src, dst.node_id), rel_type=rel_type, src_id=src, dst_id=dst.node_id,
+        confidence=confidence,
+        candidates=[c.qualified_name for c in candidates] if len(candidates) > 1 else [],
+        evidence_file=ref.file_path, evidence_start=ref.line, evidence_end=ref.line,
+        evidence_hash=ref.chunk_id, evidence_text=ref.matched_text[:200], source_id=ref.source_id)
+
+
+def resolve_links(index: SymbolIndex, references: list[DocReference]) -> tuple[list[GraphRelation], int]:
+    """Links (deduplicated by id, VERIFIED winning over INFERRED) and the count of unresolved refs."""
+    links: dict[str, GraphRelation] = {}
+    unresolved = 0
+    for ref in references:
+        candidates = resolve_reference(index, ref)
+        if not candidates:
+            unresolved += 1
+            continue
+        link = link_for(ref, candidates)
+        old = links.get(link.rel_id)
+        if old is None or (old.confidence != "VERIFIED" and link.confidence == "VERIFIED"):
+            links[link.rel_id] = link
+    return sorted(links.values(), key=lambda r: r.rel_id), unresolved

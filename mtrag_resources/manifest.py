@@ -1,0 +1,60 @@
+"""Published generations: `manifest-N.json` files and the `CURRENT` pointer.
+
+Publishing is one atomic rename of `CURRENT`; a manifest file is complete before it is named
+there, so a reader sees generation N or N+1 and never a mixture."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .atomic import write_text_atomic
+
+MANIFEST_RE = re.compile(r"^manifest-(\d+)\.json$")
+
+
+class ManifestError(RuntimeError):
+    pass
+
+
+def current_path(manifest_dir: Path) -> Path:
+    return Path(manifest_dir) / "CURRENT"
+
+
+def load_current(manifest_dir: Path) -> dict | None:
+    try:
+        name = current_path(manifest_dir).read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not MANIFEST_RE.match(name):
+        raise ManifestError(f"{current_path(manifest_dir)}: unexpected content {name[:80]!r}")
+    return json.loads((Path(manifest_dir) / name).read_text())
+
+
+def latest_number(manifest_dir: Path) -> int:
+    numbers = [int(m.group(1)) for p in Path(manifest_dir).glob("manifest-*.json")
+               if (m := MANIFEST_RE.match(p.name))]
+    return max(numbers, default=0)
+
+
+def publish(manifest_dir: Path, manifest: dict) -> Path:
+    """Write manifest-N.json for N = manifest['generation'], then point CURRENT at it."""
+    n = int(manifest["generation"])
+    path = Path(manifest_dir) / f"manifest-{n}.json"
+    write_text_atomic(path, json.dumps(manifest, indent=1, sort_keys=True))
+    write_text_atomic(current_path(manifest_dir), path.name + "\n")
+    return path
+
+
+def diff(previous: dict | None, current: dict) -> dict:
+    old = (previous or {}).get("sources", {})
+    new = current.get("sources", {})
+    changed = sorted(s for s in set(old) & set(new)
+                     if old[s].get("chunk_generation") != new[s].get("chunk_generation"))
+    return {
+        "added": sorted(set(new) - set(old)),
+        "removed": sorted(set(old) - set(new)),
+        "changed": changed,
+        "chunks_before": sum(s.get("counts", {}).get("chunks", 0) for s in old.values()),
+        "chunks_after": sum(s.get("counts", {}).get("chunks", 0) for s in new.values()),
+    }

@@ -1,0 +1,483 @@
+"""IndexReader: answers queries from the published generation only.
+
+It loads `CURRENT`, compares every store's marker with the manifest per source (gate.py), and
+leaves out - and reports - any channel that is stale for a source. Embedded Qdrant is read from
+the copy the manifest names (copied once more into a private folder, because embedded mode
+allows one process per folder), so a running build never blocks or half-feeds a reader."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+from pydantic import PrivateAttr
+
+from ..cas import ContentStore
+from ..config import Settings
+from ..manifest import current_path, load_current
+from ..stores.markers import LINKS_SOURCE
+from . import gate
+from .bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
+from .fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
+from .query_text import identifiers_in, preprocess_query
+
+MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("fts",),
+         "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
+KINDS = ("code", "docs")
+PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS")
+
+
+class QueryError(ValueError):
+    """A bad request: the message says which input and why (HTTP answers it with 400)."""
+
+
+class EmbedderMismatch(RuntimeError):
+    pass
+
+
+class ReaderCore:
+    """The stateful part of the reader: open stores for the currently published generation."""
+
+    def __init__(self, settings: Settings, weights: dict | None = None, max_hops_limit: int = 6,
+                 proposals: bool = True):
+        self.settings = settings
+        self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
+        self.max_hops_limit = max_hops_limit
+        self.log_proposals = proposals
+        self.cas = ContentStore(settings.cas_dir)
+        self._lock = threading.RLock()
+        self._loaded_stamp = None
+        self.manifest: dict | None = None
+        self._qdrant = self._fts = self._neo4j = None
+        self._neo4j_error: str | None = None
+        self._qdrant_copy: str | None = None
+        self._embedder = None
+
+    # ------------------------------------------------------------------ loading
+    def _stamp(self):
+        try:
+            st = current_path(self.settings.manifest_dir).stat()
+            return (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            return None
+
+    def refresh(self) -> None:
+        """Reload when CURRENT moved (one stat per query)."""
+        with self._lock:
+            stamp = self._stamp()
+            if stamp == self._loaded_stamp and (self.manifest is not None or stamp is None):
+                return
+            self._close_stores()
+            self.manifest = load_current(self.settings.manifest_dir)
+            self._loaded_stamp = stamp
+            if self.manifest:
+                self._open_stores()
+
+    def _open_stores(self) -> None:
+        from ..stores.fts_store import FtsStore
+        from ..stores.qdrant_store import QdrantStore
+        snapshot = self.manifest.get("stores", {}).get("qdrant_snapshot")
+        if self.settings.qdrant_url:
+            self._qdrant = QdrantStore(url=self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
+        elif snapshot:
+            private = tempfile.mkdtemp(prefix="mtrag-reader-qdrant-")
+            shutil.copytree(snapshot, private, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".lock"))
+            self._qdrant_copy = private
+            self._qdrant = QdrantStore(path=Path(private), lock_timeout=5)
+        self._fts = FtsStore(self.settings.fts_path)
+        self._neo4j_error = None
+        try:
+            from ..neo4j_server import neo4j_connection
+            from ..stores.neo4j_store import Neo4jStore
+            uri, user, password = neo4j_connection(self.settings)
+            self._neo4j = Neo4jStore(uri, user, password)
+            self._neo4j.markers()
+        except Exception as exc:  # noqa: BLE001 - an unreachable graph makes its channel stale, not the reader dead
+            self._neo4j = None
+            self._neo4j_error = f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
+
+    def _close_stores(self) -> None:
+        for store in (self._qdrant, self._fts, self._neo4j):
+            if store is not None:
+                try:
+                    store.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+        self._qdrant = self._fts = self._neo4j = None
+        if self._qdrant_copy:
+            shutil.rmtree(self._qdrant_copy, ignore_errors=True)
+            self._qdrant_copy = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_stores()
+            self._loaded_stamp = None
+
+    # ------------------------------------------------------------------ gate
+    def gate(self) -> gate.GateState:
+        self.refresh()
+        if not self.manifest:
+            return gate.evaluate(None, {})
+        sources = list(self.manifest["sources"])
+        live, unreachable = {}, {}
+        live["qdrant"] = {s: self._qdrant.marker(s) for s in sources} if self._qdrant else {}
+        live["fts"] = self._fts.markers()
+        links_marker = None
+        try:
+            if self._neo4j is None:
+                raise RuntimeError(self._neo4j_error or "Neo4j not connected")
+            neo = self._neo4j.markers()
+            live["neo4j"] = neo
+            links_marker = neo.get(LINKS_SOURCE)
+        except Exception as exc:  # noqa: BLE001
+            unreachable["neo4j"] = self._neo4j_error or f"Neo4j unreachable: {exc}"
+            self._neo4j = None if not self._neo4j else self._neo4j
+        if self._qdrant is None:
+            unreachable["qdrant"] = "no Qdrant snapshot in the manifest"
+        return gate.evaluate(self.manifest, live, links_marker, unreachable)
+
+    def status(self) -> dict:
+        state = self.gate()
+        return {"generation": state.generation, "sources": state.stores, "stale": state.stale}
+
+    # ------------------------------------------------------------------ embedder
+    def embedder(self):
+        from ..embedder import Embedder, EmbedderConfig
+        if self._embedder is None:
+            self._embedder = Embedder(EmbedderConfig.from_env())
+        expected = self.manifest["embedder"]
+        fp = self._embedder.fingerprint_without_loading() or self._embedder.fingerprint
+        keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt")
+        diff = {k: (fp.get(k), expected.get(k)) for k in keys if fp.get(k) != expected.get(k)}
+        if diff:
+            raise EmbedderMismatch(
+                "the query embedder does not match the published generation's embedder: "
+                + ", ".join(f"{k}: query {a!r} vs manifest {b!r}" for k, (a, b) in diff.items())
+                + " (set MTRAG_EMBED_MODEL to the manifest's model or rebuild)")
+        return self._embedder
+
+    # ------------------------------------------------------------------ query
+    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> dict:
+        text = _validate_text(text)
+        if mode not in MODES:
+            raise QueryError(f"mode {mode!r} is not one of {sorted(MODES)}")
+        if kind is not None and kind not in KINDS:
+            raise QueryError(f"kind {kind!r} is not one of {list(KINDS)}")
+        if not isinstance(k, int) or not 1 <= k <= 100:
+            raise QueryError(f"k must be an integer from 1 to 100, got {k!r}")
+        with self._lock:
+            return self._query(text, k, kind, mode)
+
+    def _query(self, text: str, k: int, kind: str | None, mode: str) -> dict:
+        state = self.gate()
+        out = {"generation": state.generation, "query": text, "mode": mode, "hits": [], "bridge": [],
+               "paths": [], "bundles": [], "stale": list(state.stale), "channels": {}}
+        if state.generation is None:
+            return out
+        sources = self.manifest["sources"]
+        kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
+        channels = MODES[mode]
+        pre = preprocess_query(text)
+        rankings: dict[str, list[str]] = {}
+        cosines: dict[str, float] = {}
+        payloads: dict[str, dict] = {}
+        qvec = None
+        t = {}
+        if "dense" in channels or mode == "bundles":
+            t0 = time.perf_counter()
+            qvec = self.embedder().encode([text])[0]
+            t["embed_ms"] = _ms(t0)
+        stale_q, stale_f = state.stale_for("qdrant"), state.stale_for("fts")
+        if "dense" in channels and self._qdrant is not None:
+            t0 = time.perf_counter()
+            ok_sources = [s for s, e in sources.items() if e["kind"] in kinds and s not in stale_q]
+            dense = []
+            for kd in kinds:
+                ids = [s for s in ok_sources if sources[s]["kind"] == kd]
+                if not ids:
+                    continue
+                for h in self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=ids):
+                    dense.append((h["chunk_id"], float(h["score"])))
+                    payloads[h["chunk_id"]] = h["payload"]
+            dense.sort(key=lambda x: -x[1])
+            cosines.update(dict(dense))
+            rankings["dense"] = dense
+            t["dense_ms"] = _ms(t0)
+        if "fts" in channels:
+            t0 = time.perf_counter()
+            hits = [h for h in self._fts.search(text, k=max(k * 3, 20), source_kind=kind)
+                    if h["source_id"] in sources and h["source_id"] not in stale_f]
+            rankings["fts"] = [h["chunk_id"] for h in hits]
+            t["fts_ms"] = _ms(t0)
+        if "exact" in channels:
+            t0 = time.perf_counter()
+            hits = [h for h in self._fts.exact(text, k=max(k, 20))
+                    if h["source_id"] in sources and h["source_id"] not in stale_f
+                    and (kind is None or sources[h["source_id"]]["kind"] == kind)]
+            rankings["exact"] = [h["chunk_id"] for h in hits]
+            t["exact_ms"] = _ms(t0)
+        # Rows for everything recalled: FTS rows for sources whose FTS is current, else the
+        # Qdrant payload plus the CAS text (the CAS is append-only, so always consistent).
+        recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
+                                      (x[0] if isinstance(x, tuple) else x for x in r)))
+        rows = {cid: r for cid, r in self._fts.get_chunks(recalled).items() if r["source_id"] not in stale_f}
+        if qvec is not None and self._qdrant is not None:
+            # Exact and lexical candidates get their true cosine by point id: no invented ranks.
+            missing = [cid for cid in recalled if cid not in cosines and cid in rows
+                       and rows[cid]["role"] == "child" and rows[cid]["source_id"] not in stale_q]
+            for kd in kinds:
+                ids = [c for c in missing if rows[c]["source_kind"] == kd]
+                for cid, vec in (self._qdrant.vectors_for(kd, ids) if ids else {}).items():
+                    cosines[cid] = float(np.dot(vec, qvec) / (np.linalg.norm(vec) * np.linalg.norm(qvec) + 1e-12))
+            if "dense" in rankings and "exact" in rankings:
+                exact_cos = {c: cosines[c] for c in rankings["exact"] if c in cosines}
+                rankings["dense"] = merge_exact_into_dense(rankings["dense"][: max(k * 3, 20)], exact_cos)
+        if "dense" in rankings:
+            rankings["dense"] = [cid for cid, _ in rankings["dense"]]
+        fused = weighted_rrf(rankings, {c: self.weights.get(c, 1.0) for c in rankings})
+        hits = []
+        for cid, score, per_channel in fused:
+            row = rows.get(cid) or self._row_from_payload(cid, payloads.get(cid))
+            if row is None:
+                continue
+            hits.append(self._hit(len(hits) + 1, row, score, per_channel, cosines.get(cid)))
+            if len(hits) >= k:
+                break
+        self._hydrate_parents(hits, stale_f)
+        out["hits"] = hits
+        out["bridge"] = self._bridge(hits, state)
+        out["paths"] = self._query_paths(rankings.get("exact", []), rows, state)
+        if mode == "bundles":
+            out["bundles"] = self._bundles(pre, rows, cosines, recalled)
+        out["channels"] = {c: {"hits": len(r)} for c, r in rankings.items()}
+        out["timings_ms"] = t
+        return out
+
+    def _row_from_payload(self, cid: str, payload: dict | None) -> dict | None:
+        if not payload:
+            return None
+        row = dict(payload)
+        row["source_kind"] = payload.get("source_type", "")
+        try:
+            row["text"] = self.cas.get_text(payload["content_hash"])
+        except FileNotFoundError:
+            row["text"] = ""
+        return row
+
+    @staticmethod
+    def _hit(rank: int, row: dict, score: float, per_channel: dict, cosine: float | None) -> dict:
+        return {"rank": rank, "chunk_id": row["chunk_id"], "source_id": row["source_id"],
+                "source_kind": row.get("source_kind", ""), "file_path": row["file_path"],
+                "start_line": row["start_line"], "end_line": row["end_line"], "symbol": row.get("symbol", ""),
+                "title": row.get("title", ""), "text": row.get("text", ""), "score": round(score, 6),
+                "cosine": None if cosine is None else round(cosine, 6),
+                "channels": {c: {"rank": v["rank"], "score": round(v["score"], 6)} for c, v in per_channel.items()},
+                "parent": None, "parent_id": row.get("parent_id")}
+
+    def _hydrate_parents(self, hits: list[dict], stale_f: set[str]) -> None:
+        """Parent text is context for a hit, not a new scored hit."""
+        ids = [h["chunk_id"] for h in hits if h["parent_id"] and h["source_id"] not in stale_f]
+        parents = self._fts.parents_of(ids) if ids else {}
+        for h in hits:
+            p = parents.get(h["chunk_id"])
+            if p:
+                h["parent"] = {"chunk_id": p["chunk_id"], "title": p["title"], "symbol": p["symbol"],
+                               "start_line": p["start_line"], "end_line": p["end_line"], "text": p["text"]}
+            del h["parent_id"]
+
+    # ------------------------------------------------------------------ graph
+    def _graph_ok(self, state: gate.GateState, source_id: str) -> bool:
+        return self._neo4j is not None and not state.is_stale(source_id, "neo4j")
+
+    def _bridge(self, hits: list[dict], state: gate.GateState) -> list[dict]:
+        """Doc hits -> MENTIONS / IMPLEMENTS -> code symbols; when a doc hit has no edge, the
+        identifiers in its text resolved through exact aliases (logged as proposals, never
+        written into the live generation)."""
+        doc_hits = [h for h in hits if h["source_kind"] == "docs"]
+        if not doc_hits:
+            return []
+        out = []
+        linked: set[str] = set()
+        links_ok = self._neo4j is not None and not state.is_stale(LINKS_SOURCE, "neo4j")
+        if links_ok:
+            for b in self._neo4j.bridge([h["chunk_id"] for h in doc_hits]):
+                linked.add(b["from_chunk_id"])
+                out.append({"from_chunk_id": b["from_chunk_id"], "symbol": b.get("symbol"),
+                            "file_path": b.get("file_path"), "start_line": b.get("start_line"),
+                            "relation": b.get("relation"), "confidence": b.get("confidence"),
+                            "evidence": b.get("evidence"), "via": "graph"})
+        proposals = []
+        stale_f = state.stale_for("fts")
+        code_sources = {s for s, e in self.manifest["sources"].items() if e["kind"] == "code"}
+        for h in doc_hits:
+            if h["chunk_id"] in linked:
+                continue
+            for ident in identifiers_in(h["text"])[:8]:
+                found = [e for e in self._fts.exact(ident, k=3)
+                         if e["source_id"] in code_sources and e["source_id"] not in stale_f
+                         and e["match"] == "exact" and e["alias_kind"] in ("symbol", "short_symbol")]
+                if len(found) != 1:
+                    continue  # ambiguous or unknown: no guess
+                row = self._fts.get_chunks([found[0]["chunk_id"]]).get(found[0]["chunk_id"])
+                if not row:
+                    continue
+                node_ids = json.loads(row["graph_ids"]) if isinstance(row["graph_ids"], str) else (row["graph_ids"] or [])
+                entry = {"from_chunk_id": h["chunk_id"], "symbol": row["symbol"], "file_path": row["file_path"],
+                         "start_line": row["start_line"], "relation": "MENTIONS", "confidence": "PROPOSED",
+                         "evidence": {"matched_text": ident, "file": h["file_path"], "line": h["start_line"]},
+                         "via": "alias"}
+                out.append(entry)
+                if node_ids:
+                    proposals.append({"from_chunk_id": h["chunk_id"], "source_id": h["source_id"],
+                                      "node_id": node_ids[0], "symbol": row["symbol"], "matched_text": ident,
+                                      "file_path": h["file_path"], "line": h["start_line"]})
+        if proposals and self.log_proposals:
+            self._log_proposals(proposals)
+        return out
+
+    def _log_proposals(self, proposals: list[dict]) -> None:
+        from ..stages.cross_source_links import proposals_path
+        path = proposals_path(self.settings)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One write per batch in append mode: lines from concurrent readers do not interleave.
+        data = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in proposals)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data.encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def _query_paths(self, exact_ids: list[str], rows: dict, state: gate.GateState) -> list[dict]:
+        """Call paths from the best exact code anchor (2 hops), when its graph is current."""
+        for cid in exact_ids[:3]:
+            row = rows.get(cid)
+            if row and row.get("source_kind") == "code" and row.get("symbol") and self._graph_ok(state, row["source_id"]):
+                return self._neo4j.paths([row["symbol"]], rel_types=["CALLS"], direction="out", max_hops=2,
+                                         verified_only=True, limit=5, hard_max_hops=self.max_hops_limit)
+        return []
+
+    def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
+              direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10) -> dict:
+        from_name = _validate_text(from_name, "from")
+        if to_name is not None:
+            to_name = _validate_text(to_name, "to")
+        if direction not in ("out", "in"):
+            raise QueryError(f"direction {direction!r} must be 'out' or 'in'")
+        if not isinstance(max_hops, int) or not 1 <= max_hops <= self.max_hops_limit:
+            raise QueryError(f"max_hops must be from 1 to {self.max_hops_limit}, got {max_hops!r}")
+        bad = [r for r in (rel_types or []) if r not in PATH_RELATIONS]
+        if bad:
+            raise QueryError(f"unknown relation type(s) {bad}; allowed: {list(PATH_RELATIONS)}")
+        with self._lock:
+            state = self.gate()
+            out = {"generation": state.generation, "from": from_name, "to": to_name, "paths": [],
+                   "stale": list(state.stale)}
+            if state.generation is None or self._neo4j is None:
+                return out
+            stale_graph = state.stale_for("neo4j")
+            paths = self._neo4j.paths([from_name], [to_name] if to_name else None,
+                                      rel_types=rel_types or ["CALLS"], direction=direction, max_hops=max_hops,
+                                      verified_only=verified_only, limit=limit, hard_max_hops=self.max_hops_limit)
+            # Fail closed: a path touching a source whose graph is not the published one is dropped.
+            published = set(self.manifest["sources"])
+            out["paths"] = [p for p in paths
+                            if all(_node_source(n) in published and _node_source(n) not in stale_graph
+                                   for n in p["nodes"])]
+            return out
+
+    # ------------------------------------------------------------------ bundles (seed 002)
+    def _bundles(self, pre, rows: dict, cosines: dict, recalled: list[str]) -> list[dict]:
+        hits = []
+        for cid in recalled:
+            row = rows.get(cid)
+            if row is None or cid not in cosines:
+                continue
+            hits.append(Hit(cid, "chunk", f"{row.get('title', '')} {row.get('text', '')}",
+                            distance_from_cosine(cosines[cid])))
+        hits = apply_keyword_bonus(hits, pre.keywords)
+        best = best_by_id(hits)
+        graph = MemoryGraph()
+        parents = self._fts.parents_of(list(best))
+        for cid in best:
+            row = rows[cid]
+            unit = f"unit:{row['source_id']}:{row['file_path']}"
+            graph.add_node(unit, "unit", row["file_path"])
+            parent = parents.get(cid)
+            facet = parent["chunk_id"] if parent else f"facet:{cid}"
+            graph.add_node(facet, "facet", parent["title"] if parent else "")
+            graph.add_node(cid, "point", row.get("title", ""))
+            # Containment comes from the chunk table and is certain: it costs a hop, never a miss.
+            graph.add_edge(unit, facet, relationship="CONTAINS", cost=0.0)
+            graph.add_edge(facet, cid, relationship="CONTAINS", cost=0.0)
+        out = []
+        for b in score_bundles(graph, best, {}, top=10):
+            _, source_id, file_path = b.unit_id.split(":", 2)
+            out.append({"unit": file_path, "source_id": source_id, "score": round(b.score, 6),
+                        "best_path": b.best_path, "cost_path": getattr(b, "cost_path", b.best_path),
+                        "best_support_id": b.best_support_id, "best_facet_id": b.best_facet_id,
+                        "best_point_id": b.best_point_id})
+        return out
+
+
+def _node_source(node: dict) -> str:
+    return node.get("source_id") or node.get("node_id", "").split(":", 1)[0]
+
+
+def _validate_text(text, name: str = "query") -> str:
+    if not isinstance(text, str):
+        raise QueryError(f"{name} must be a string")
+    text = text.strip()
+    if not text:
+        raise QueryError(f"{name} is empty")
+    if len(text) > 2000:
+        raise QueryError(f"{name} is {len(text)} characters; the limit is 2000")
+    if "\x00" in text:
+        raise QueryError(f"{name} contains a NUL character")
+    return text
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 2)
+
+
+class IndexReader(dg.ConfigurableResource):
+    """Serving resource: hybrid retrieval, verified graph paths, the doc-to-code bridge and
+    bundle scoring over the published generation. Usable outside Dagster:
+    `IndexReader(home="data").query("...")`. `home` empty = MTRAG_HOME."""
+
+    home: str = ""
+    weight_dense: float = DEFAULT_WEIGHTS["dense"]
+    weight_fts: float = DEFAULT_WEIGHTS["fts"]
+    weight_exact: float = DEFAULT_WEIGHTS["exact"]
+    max_hops_limit: int = 6
+    log_proposals: bool = True
+
+    _core_state: ReaderCore | None = PrivateAttr(default=None)
+
+    def _core(self) -> ReaderCore:
+        if self._core_state is None:
+            settings = Settings(home=Path(self.home).resolve()) if self.home else Settings.from_env()
+            self._core_state = ReaderCore(settings, {"dense": self.weight_dense, "fts": self.weight_fts,
+                                                     "exact": self.weight_exact},
+                                          self.max_hops_limit, self.log_proposals)
+        return self._core_state
+
+    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> dict:
+        return self._core().query(text, k=k, kind=kind, mode=mode)
+
+    def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
+              direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10) -> dict:
+        return self._core().paths(from_name, to_name, rel_types, direction, max_hops, verified_only, limit)
+
+    def status(self) -> dict:
+        return self._core().status()
+
+    def close(self) -> None:
+        self._core().close()

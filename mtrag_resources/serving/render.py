@@ -1,0 +1,55 @@
+"""Plain-text views of reader results for the terminal."""
+from __future__ import annotations
+
+
+def _first_lines(text: str, n: int = 3, width: int = 110) -> str:
+    lines = [l.rstrip() for l in (text or "").splitlines() if l.strip()][:n]
+    return "\n".join("      " + (l if len(l) <= width else l[: width - 3] + "...") for l in lines)
+
+
+def render_query(result: dict) -> str:
+    out = [f"generation {result['generation']}  query: {result['query']!r}  mode: {result.get('mode')}"]
+    for h in result["hits"]:
+        chans = ", ".join(f"{c}#{v['rank']}" for c, v in h["channels"].items())
+        where = f"{h['source_id']}:{h['file_path']}:{h['start_line']}-{h['end_line']}"
+        out.append(f"  {h['rank']:>2}. {h['symbol'] or h['title']}  [{where}]  ({chans})")
+        out.append(_first_lines(h["text"]))
+    for b in result.get("bridge", []):
+        out.append(f"  bridge: {b['from_chunk_id'][:8]} -{b['relation']}/{b['confidence']}-> {b['symbol']} "
+                   f"({b['file_path']}:{b['start_line']})")
+    for p in result.get("paths", []):
+        out.append("  path: " + " -> ".join(n["qualified_name"] or n["name"] for n in p["nodes"]))
+    for b in result.get("bundles", []):
+        out.append(f"  bundle: {b['source_id']}:{b['unit']} score {b['score']:.3f} via {b['best_path']}")
+    for s in result.get("stale", []):
+        out.append(f"  STALE {s['source']}/{s['store']}: {s['reason']}")
+    return "\n".join(out)
+
+
+def render_paths(result: dict) -> str:
+    out = [f"generation {result['generation']}  paths from {result['from']!r}" + (f" to {result['to']!r}" if result.get("to") else "")]
+    for p in result["paths"]:
+        steps = [p["nodes"][0]["qualified_name"]]
+        for e, n in zip(p["edges"], p["nodes"][1:]):
+            ev = e.get("evidence") or {}
+            steps.append(f"-[{e['type']} {ev.get('file', '')}:{ev.get('start_line', '')}]-> {n['qualified_name']}")
+        out.append("  " + " ".join(steps))
+    if not result["paths"]:
+        out.append("  (no verified path)")
+    for s in result.get("stale", []):
+        out.append(f"  STALE {s['source']}/{s['store']}: {s['reason']}")
+    return "\n".join(out)
+
+
+def render_status(result: dict) -> str:
+    if result.get("generation") is None:
+        return "no published generation; run `mtrag build`"
+    out = [f"published generation {result['generation']}"]
+    for sid, stores in result["sources"].items():
+        cells = "  ".join(f"{st}={v['state']}@{(v['generation'] or '-')[:8]}" for st, v in stores.items())
+        out.append(f"  {sid:<20} {cells}")
+    for s in result["stale"]:
+        out.append(f"  STALE {s['source']}/{s['store']}: {s['reason']}")
+    if not result["stale"]:
+        out.append("  every store matches the manifest")
+    return "\n".join(out)

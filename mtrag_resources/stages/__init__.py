@@ -1,0 +1,4 @@
+"""One module per Dagster asset: the stage's logic, callable without Dagster.
+
+Each `build_*` returns a `StageResult`: the data version Dagster records and the metadata a
+maintainer sees on the materialization."""

@@ -1,0 +1,76 @@
+"""canonical_graph: entities and typed, directed relations with evidence for one source, plus
+the references its docs make (resolved across sources by cross_source_links)."""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..config import Settings
+from ..graph.code_resolve import resolve_code_graph
+from ..models import DocReference, GraphNode, GraphRelation, stable_id
+from ..sources import SourceSpec
+from ..tables import write_rows
+from .cas_chunks import load_parsed_files
+from .common import SourceLayout, StageResult, digest_file, timed
+
+
+def source_node_id(source_id: str) -> str:
+    return f"{source_id}:source:{source_id}"
+
+
+def assemble_graph(spec: SourceSpec, parsed_files) -> tuple[list[GraphNode], list[GraphRelation], list]:
+    source_node = GraphNode(node_id=source_node_id(spec.id), label="Source", name=spec.id,
+                            qualified_name=spec.id, source_id=spec.id)
+    nodes: dict[str, GraphNode] = {source_node.node_id: source_node}
+    relations: dict[str, GraphRelation] = {}
+    references = []
+    for _path, parsed in parsed_files:
+        for n in parsed.nodes:
+            nodes.setdefault(n.node_id, n)
+            if n.label in ("File", "Page"):
+                rel = GraphRelation(rel_id=stable_id("CONTAINS", source_node.node_id, n.node_id),
+                                    rel_type="CONTAINS", src_id=source_node.node_id, dst_id=n.node_id,
+                                    evidence_file=n.file_path, evidence_start=n.start_line,
+                                    evidence_end=n.end_line, evidence_hash=n.content_hash,
+                                    evidence_text=n.file_path, source_id=spec.id)
+                relations[rel.rel_id] = rel
+        for r in parsed.relations:
+            relations.setdefault(r.rel_id, r)
+        references.extend(parsed.references)
+    code_files = [p for _path, p in parsed_files if p.imports or p.calls or p.bases or
+                  any(n.label in ("Module", "File") for n in p.nodes)]
+    extra_nodes, extra_relations = resolve_code_graph(spec.id, code_files)
+    for n in extra_nodes:
+        nodes.setdefault(n.node_id, n)
+    for r in extra_relations:
+        relations.setdefault(r.rel_id, r)
+    for n in nodes.values():
+        n.source_id = spec.id
+    for r in relations.values():
+        r.source_id = spec.id
+    # Drop relations whose ends are not in this source's graph (e.g. an import of a stdlib module).
+    kept = [r for r in relations.values() if r.src_id in nodes and r.dst_id in nodes]
+    for ref in references:
+        ref.source_id = spec.id
+    return list(nodes.values()), kept, references
+
+
+def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
+    layout = SourceLayout(settings, spec.id)
+    meta: dict = {}
+    with timed(meta, "seconds"):
+        nodes, relations, references = assemble_graph(spec, load_parsed_files(layout))
+        nodes.sort(key=lambda n: n.node_id)
+        relations.sort(key=lambda r: r.rel_id)
+        write_rows(layout.nodes, nodes, GraphNode)
+        write_rows(layout.relations, relations, GraphRelation)
+        write_rows(layout.references, references, DocReference)
+    digest = "".join(digest_file(p)[:16] for p in (layout.nodes, layout.relations, layout.references))
+    meta.update({
+        "nodes": len(nodes),
+        "relations": len(relations),
+        "references": len(references),
+        "nodes_by_label": dict(Counter(n.label for n in nodes)),
+        "relations_by_type": dict(Counter(r.rel_type for r in relations)),
+        "relations_by_confidence": dict(Counter(r.confidence for r in relations)),
+    })
+    return StageResult(data_version=digest, metadata=meta, value=(nodes, relations, references))

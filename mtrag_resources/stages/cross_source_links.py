@@ -1,0 +1,109 @@
+"""cross_source_links: doc -> code MENTIONS / IMPLEMENTS edges across sources, with evidence and
+confidence, to Parquet and to Neo4j under the `__links__` marker. Bridge proposals logged by the
+serving side are read here and join as INFERRED links."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from ..config import Settings
+from ..links import SymbolIndex, link_for, resolve_links
+from ..models import DocReference, GraphNode, GraphRelation
+from ..sources import SourceSpec
+from ..stores.connect import open_neo4j
+from ..stores.markers import LINKS_SOURCE
+from ..tables import read_rows, write_rows
+from .cas_chunks import load_facts
+from .common import SourceLayout, StageResult, digest_json, timed
+
+
+def proposals_path(settings: Settings):
+    return settings.links_dir / "proposals.jsonl"
+
+
+def links_path(settings: Settings):
+    return settings.links_dir / "links.parquet"
+
+
+def _read_proposals(settings: Settings) -> list[dict]:
+    path = proposals_path(settings)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn last line from a crashed writer is skipped, not fatal
+    return out
+
+
+def build_index(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, dict[str, GraphNode]]:
+    index = SymbolIndex()
+    nodes_by_id: dict[str, GraphNode] = {}
+    for spec in specs:
+        layout = SourceLayout(settings, spec.id)
+        nodes = read_rows(layout.nodes, GraphNode)
+        nodes_by_id.update((n.node_id, n) for n in nodes)
+        index.add_nodes(nodes)
+        index.add_relations(nodes_by_id, read_rows(layout.relations, GraphRelation))
+        for f in load_facts(layout).values():
+            index.add_imports(f["parsed"]["imports"])
+    return index, nodes_by_id
+
+
+def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict]:
+    index, nodes_by_id = build_index(settings, specs)
+    references: list[DocReference] = []
+    chunk_hash: dict[str, str] = {}
+    chunk_ids: set[str] = set()
+    for spec in specs:
+        layout = SourceLayout(settings, spec.id)
+        references.extend(read_rows(layout.references, DocReference))
+        for r in read_rows(layout.chunks):
+            chunk_hash[r["chunk_id"]] = r["content_hash"]
+            chunk_ids.add(r["chunk_id"])
+    links, unresolved = resolve_links(index, references)
+    by_id = {l.rel_id: l for l in links}
+    proposals_used = 0
+    for p in _read_proposals(settings):
+        node = nodes_by_id.get(p.get("node_id", ""))
+        if node is None or p.get("from_chunk_id") not in chunk_ids:
+            continue
+        ref = DocReference(chunk_id=p["from_chunk_id"], file_path=p.get("file_path", ""), line=int(p.get("line", 0)),
+                           ref_kind="proposal", role="", target=node.qualified_name,
+                           matched_text=p.get("matched_text", ""), source_id=p.get("source_id", ""))
+        link = link_for(ref, [node], confidence_override="INFERRED")
+        if link.rel_id not in by_id:
+            by_id[link.rel_id] = link
+            proposals_used += 1
+    links = sorted(by_id.values(), key=lambda r: r.rel_id)
+    for link in links:
+        link.evidence_hash = chunk_hash.get(link.src_id.removeprefix("chunk:"), link.evidence_hash)
+    stats = {"references": len(references), "unresolved": unresolved, "proposals_used": proposals_used}
+    return links, stats
+
+
+def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> StageResult:
+    meta: dict = {}
+    with timed(meta, "seconds"):
+        links, stats = compute_links(settings, specs)
+        write_rows(links_path(settings), links, GraphRelation)
+        generation = digest_json([[l.rel_id, l.confidence, l.evidence_hash] for l in links])[:24]
+        store = open_neo4j(settings)
+        try:
+            store.ensure_schema()
+            neo = store.write_links(generation, links)
+            marker = store.marker(LINKS_SOURCE)
+        finally:
+            store.close()
+    meta.update(stats)
+    meta.update({
+        "links": len(links),
+        "by_type": dict(Counter(l.rel_type for l in links)),
+        "by_confidence": dict(Counter(l.confidence for l in links)),
+        "generation": generation,
+        "marker": marker.state if marker else "none",
+        "neo4j_seconds": neo.get("seconds", 0.0) if isinstance(neo, dict) else 0.0,
+    })
+    return StageResult(data_version=generation, metadata=meta, value=links)

@@ -1,0 +1,48 @@
+"""qdrant_collection: a source's child chunks as dense points with their full payload, in the
+collection of the source's kind, bracketed by a generation marker."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import Settings
+from ..embedder import Embedder
+from ..embedding_cache import EmbeddingCache
+from ..sources import SourceSpec
+from ..stores.connect import open_qdrant
+from .common import SourceLayout, StageResult, read_state, timed
+from .embedding_cache import child_rows
+
+PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",
+                  "content_hash", "cas_uri", "repository", "commit", "file_path", "symbol",
+                  "start_line", "end_line", "chunk_type", "language")
+
+
+def payload_for(row: dict) -> dict:
+    payload = {k: row[k] for k in PAYLOAD_FIELDS}
+    payload["source_type"] = row["source_kind"]
+    return payload
+
+
+def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embedder) -> StageResult:
+    layout = SourceLayout(settings, spec.id)
+    generation = read_state(layout)["generation"]
+    meta: dict = {}
+    with timed(meta, "seconds"):
+        rows = child_rows(layout)
+        vectors = EmbeddingCache(settings.embeddings_dir).lookup(
+            embedder.fingerprint_id, sorted({r["content_hash"] for r in rows}))
+        missing = [r["chunk_id"] for r in rows if r["content_hash"] not in vectors]
+        if missing:
+            raise RuntimeError(f"source {spec.id!r}: {len(missing)} chunks have no cached vector for "
+                               f"embedder {embedder.fingerprint_id}; materialize embedding_cache first")
+        points = [{"chunk_id": r["chunk_id"], "vector": np.asarray(vectors[r["content_hash"]]),
+                   "payload": payload_for(r)} for r in rows]
+        with open_qdrant(settings) as store:
+            store.ensure_collection(spec.kind, embedder.dim)
+            stats = store.write_source(spec.id, spec.kind, generation, points)
+            marker = store.marker(spec.id)
+    meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
+    meta.update({"collection": f"mtrag_{spec.kind}", "generation": generation,
+                 "marker": marker.state if marker else "none",
+                 "location": settings.qdrant_url or str(settings.qdrant_path)})
+    return StageResult(data_version=generation, metadata=meta)

@@ -1,0 +1,54 @@
+"""raw_source: the file inventory of one source, with every included file's bytes copied into
+the CAS so later stages read a snapshot, not a working tree that may be changing."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from ..atomic import write_text_atomic
+from ..cas import ContentStore
+from ..config import Settings
+from ..inventory import Inventory, scan
+from ..sources import SourceSpec
+from .common import SourceLayout, StageResult, spec_root, timed
+
+
+def load_inventory(layout: SourceLayout) -> Inventory | None:
+    try:
+        return Inventory.from_json(layout.inventory.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def scan_source(settings: Settings, spec: SourceSpec) -> Inventory:
+    """A fresh inventory, reusing the previous snapshot's hashes for files whose stat is unchanged."""
+    layout = SourceLayout(settings, spec.id)
+    return scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
+                previous=load_inventory(layout))
+
+
+def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:
+    layout = SourceLayout(settings, spec.id)
+    meta: dict = {}
+    with timed(meta, "seconds"):
+        inventory = scan_source(settings, spec)
+        cas = ContentStore(settings.cas_dir)
+        root = Path(inventory.root)
+        for entry in inventory.included:
+            if not cas.has(entry.sha256):
+                # Store under the hash of what we read now: a file edited mid-scan is recorded as read.
+                entry.sha256 = cas.put_bytes((root / entry.path).read_bytes())
+        write_text_atomic(layout.inventory, inventory.to_json())
+    included, skipped = inventory.included, inventory.skipped
+    meta.update({
+        "root": inventory.root,
+        "commit": inventory.commit or "(not a git work tree)",
+        "files": len(included),
+        "skipped": len(skipped),
+        "bytes": sum(f.size for f in included),
+        "by_language": dict(Counter(f.language for f in included)),
+        "skipped_reasons": {f.path: f.reason for f in skipped[:50]},
+        "warnings": {f.path: f.reason for f in included if f.reason}  ,
+        "inventory_digest": inventory.digest,
+    })
+    return StageResult(data_version=inventory.digest, metadata=meta, value=inventory)

@@ -1,0 +1,348 @@
+"""Pure helpers for the FTS store: CJK pre-segmentation, the MATCH-expression builder and the
+alias normaliser. No SQLite here; `fts_store.py` is the only module that builds SQL.
+
+Tokenization (one function for documents and queries, so both sides agree)
+-------------------------------------------------------------------------
+* A *CJK run* is a maximal run of Han (incl. extension A/B+ and compatibility ideographs), kana
+  and Hangul syllables. Every other run of letters/digits/underscore is a *word*.
+* The `fts_cjk` index (tokenizer `unicode61`) stores, per column, the string produced by
+  `segment_for_index`: every CJK run becomes its overlapping character bigrams, followed by the
+  run's last character as a single-character token (so a 1-char run is just that char, and any
+  single character of a run is reachable as either "the first char of a bigram" or "the last
+  char of the run"); each word run is case-folded and split on `_` (unicode61 splits there too).
+  Deterministic character bigrams were chosen over jieba words: no dictionary load, no
+  segmentation ambiguity between index and query, and `税率` / `内存` / `鉴权中间件` match as
+  substrings of longer runs.
+* The `fts_trigram` index stores the raw text (tokenizer `trigram`, case-insensitive), which
+  answers substring queries of >= 3 characters: `lookup_ra`, `ShopCart`, `make_pass`, `鉴权中间件`.
+
+MATCH semantics (see `QueryPlan`)
+---------------------------------
+User text never reaches MATCH syntax: it is cut into tokens (runs of letters/digits/underscore,
+CJK runs separately; distinct case-insensitively), and every token is emitted as an FTS5 string literal (`"..."`, `"` doubled);
+`AND`, `OR`, `NEAR`, `*`, `^`, `:`, `-`, parentheses, quotes and braces in the query are either
+separators or literal word characters, never operators. Two stages:
+
+1. **all** (strict): every token must occur. In `fts_trigram` each token of >= 3 characters is a
+   substring phrase, ANDed; tokens shorter than 3 characters (trigram cannot see them) are
+   required through `fts_cjk` as whole words / bigram phrases (a rowid filter). In `fts_cjk` every
+   token is required as a word, a word phrase (`lookup_rate` -> "lookup rate") or a bigram phrase
+   (`鉴权中间件` -> "鉴权 权中 中间 间件"). So `alpha OR gamma` means "contains alpha, the word or,
+   and gamma".
+2. **any** (fallback, only when stage 1 found nothing in either index): the same pieces ORed,
+   with CJK runs broken into their individual bigrams, so bm25 ranks by coverage. This gives
+   natural-language and long Chinese queries (`如何计算税率`) recall without invented ranks.
+
+At most `MAX_TOKENS` distinct tokens and `MAX_PIECES` pieces per expression are used; the rest of a
+very long query is ignored.
+
+Alias normalisation: see `normalize_alias`.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Iterable
+
+# Han (ext A, URO, compatibility, ext B..), kana, Hangul syllables.
+_CJK_RANGES = (
+    "\u3041-\u3096"      # hiragana
+    "\u30a1-\u30fa"      # katakana (without the middle dot U+30FB)
+    "\u30fc-\u30ff"      # prolonged sound mark, iteration marks, digraph
+    "\u3400-\u4dbf"      # CJK ext A
+    "\u4e00-\u9fff"      # CJK unified ideographs
+    "\uac00-\ud7a3"      # Hangul syllables
+    "\uf900-\ufaff"      # CJK compatibility ideographs
+    "\U00020000-\U0003134f"  # CJK ext B..G
+)
+CJK_RE = re.compile(f"[{_CJK_RANGES}]+")
+# A word: letters/digits/underscore that are not CJK.
+_WORD = f"[^\\W{_CJK_RANGES}]+"
+_WORD_RUN_RE = re.compile(_WORD)
+_TOKEN_RE = re.compile(f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<word>{_WORD})")
+_SUBWORD_RE = re.compile(f"[^\\W_{_CJK_RANGES}]+")
+_ASCII_SUBWORD_RE = re.compile("[A-Za-z0-9]+")
+
+TRIGRAM_MIN = 3          # the trigram tokenizer cannot match anything shorter
+MAX_TOKENS = 32
+MAX_PIECES = 128
+
+# Column order of both FTS tables, and the bm25 weights applied in that order.
+FTS_COLUMNS = ("title", "summary", "text", "symbol")
+BM25_WEIGHTS = {"title": 4.0, "summary": 2.0, "text": 1.0, "symbol": 4.0}
+
+
+def is_cjk_char(ch: str) -> bool:
+    return bool(CJK_RE.fullmatch(ch))
+
+
+def cjk_bigrams(run: str) -> list[str]:
+    """Overlapping bigrams of a CJK run; a 1-char run is its single character."""
+    if len(run) <= 1:
+        return [run] if run else []
+    return [run[i:i + 2] for i in range(len(run) - 1)]
+
+
+def subwords(word_run: str) -> list[str]:
+    """The `fts_cjk` words of one non-CJK word run: case-folded (context-free, unlike lower()),
+    then split on `_` and anything else that is not a letter or digit."""
+    return _SUBWORD_RE.findall(word_run.casefold())
+
+
+def segment_for_index(text: str | None) -> str:
+    """The string stored in `fts_cjk` for one column: CJK runs -> bigrams + last char, word runs
+    -> `subwords`. Space separated; unicode61 re-tokenizes it on the spaces. Queries go through
+    the same split (`query_tokens`), so every query token's pieces occur contiguously here."""
+    if not text:
+        return ""
+    out: list[str] = []
+
+    def words(seg: str) -> None:
+        if seg.isascii():   # fast path: ASCII case folding is per character, same result
+            out.extend(_ASCII_SUBWORD_RE.findall(seg.lower()))
+        else:
+            for w in _WORD_RUN_RE.findall(seg):
+                out.extend(subwords(w))
+
+    pos = 0
+    for m in CJK_RE.finditer(text):
+        if m.start() > pos:
+            words(text[pos:m.start()])
+        run = m.group(0)
+        if len(run) > 1:
+            out.extend([run[i:i + 2] for i in range(len(run) - 1)])
+        out.append(run[-1])
+        pos = m.end()
+    if pos < len(text):
+        words(text[pos:])
+    return " ".join(out)
+
+
+def fts_string(s: str) -> str:
+    """`s` as an FTS5 string literal: wrapped in double quotes, inner quotes doubled."""
+    return '"' + s.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str        # as written in the query (the FTS tokenizers fold case themselves)
+    kind: str        # "word" | "cjk"
+
+    @property
+    def long(self) -> bool:
+        return len(self.text) >= TRIGRAM_MIN
+
+
+def query_tokens(query: str | None) -> list[Token]:
+    """Distinct query tokens (case-insensitively) in order of first appearance, at most
+    MAX_TOKENS. Word tokens keep `_` (`lookup_ra` is one trigram substring)."""
+    if not query:
+        return []
+    seen: set[tuple[str, str]] = set()
+    out: list[Token] = []
+    for m in _TOKEN_RE.finditer(query):
+        kind = "cjk" if m.group("cjk") else "word"
+        text = m.group(0)
+        if kind == "word" and not subwords(text):
+            continue  # only underscores: nothing either index could match
+        key = (kind, text.casefold())
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Token(text, kind))
+        if len(out) >= MAX_TOKENS:
+            break
+    return out
+
+
+def _cjk_piece(tok: Token) -> str:
+    """The strict `fts_cjk` piece for one token: a word, a word phrase, a bigram phrase, or a
+    single CJK char as a prefix query (it is the first char of a bigram or the last of a run)."""
+    if tok.kind == "cjk":
+        if len(tok.text) == 1:
+            return fts_string(tok.text) + "*"
+        return fts_string(" ".join(cjk_bigrams(tok.text)))
+    return fts_string(" ".join(subwords(tok.text)))
+
+
+def _cjk_any_pieces(tok: Token) -> list[str]:
+    if tok.kind == "cjk":
+        if len(tok.text) == 1:
+            return [fts_string(tok.text) + "*"]
+        return [fts_string(b) for b in cjk_bigrams(tok.text)]
+    return [fts_string(w) for w in subwords(tok.text)]
+
+
+def _join(pieces: Iterable[str], op: str) -> str | None:
+    uniq: list[str] = []
+    for p in pieces:
+        if p not in uniq:
+            uniq.append(p)
+        if len(uniq) >= MAX_PIECES:
+            break
+    return f" {op} ".join(uniq) if uniq else None
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """MATCH expressions for one query. Any of them may be None (nothing to ask that index)."""
+
+    tokens: tuple[Token, ...] = ()
+    all_trigram: str | None = None       # long tokens as substring phrases, ANDed
+    all_trigram_filter: str | None = None  # short tokens, required via fts_cjk (rowid filter)
+    all_cjk: str | None = None           # every token as word / phrase, ANDed
+    any_trigram: str | None = None       # long non-CJK tokens ORed
+    any_cjk: str | None = None           # words and single bigrams ORed
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.tokens
+
+
+def build_query(query: str | None) -> QueryPlan:
+    toks = query_tokens(query)
+    if not toks:
+        return QueryPlan()
+    long_toks = [t for t in toks if t.long]
+    short_toks = [t for t in toks if not t.long]
+    all_trigram = _join((fts_string(t.text) for t in long_toks), "AND")
+    all_trigram_filter = _join((_cjk_piece(t) for t in short_toks), "AND") if all_trigram else None
+    all_cjk = _join((_cjk_piece(t) for t in toks), "AND")
+    any_trigram = _join((fts_string(t.text) for t in long_toks if t.kind == "word"), "OR")
+    any_cjk = _join((p for t in toks for p in _cjk_any_pieces(t)), "OR")
+    return QueryPlan(tuple(toks), all_trigram, all_trigram_filter, all_cjk, any_trigram, any_cjk)
+
+
+# A well-formed expression as this module builds it: string literals (optionally with a trailing
+# `*`) joined by a single operator. Used by tests and as a last-line assertion.
+_LITERAL = r'"(?:[^"]|"")*"\*?'
+MATCH_RE = re.compile(rf"^{_LITERAL}(?: (?:AND|OR) {_LITERAL})*$")
+
+
+def is_well_formed(expr: str) -> bool:
+    return bool(MATCH_RE.fullmatch(expr))
+
+
+# --------------------------------------------------------------------------------------------
+# Alias normalisation
+# --------------------------------------------------------------------------------------------
+_QUOTES = "`'\"\u2018\u2019\u201c\u201d"
+_SPHINX_ROLE_RE = re.compile(r"^:[\w.:+-]*:(?=`)")   # :func:`x`, :py:meth:`x`
+_WS_RE = re.compile(r"\s+")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")  # lone surrogates cannot be stored as UTF-8
+_TRAILING_PUNCT = ".,;:!?"
+
+
+def _normalize_once(s: str) -> str:
+    s = unicodedata.normalize("NFKC", _SURROGATE_RE.sub("", s)).casefold()
+    s = _WS_RE.sub(" ", s).strip()
+    s = _SPHINX_ROLE_RE.sub("", s)
+    s = s.strip(_QUOTES + " ")
+    s = s.replace("\\", "/").replace("::", ".").replace("#", ".")
+    while s.endswith("()"):
+        s = s[:-2].rstrip()
+    s = s.lstrip("~").rstrip(_TRAILING_PUNCT).strip()
+    return s
+
+
+def normalize_alias(alias: str | None) -> str:
+    """The key `exact_aliases.alias_norm` is compared on; queries and aliases go through it alike.
+
+    Steps, repeated until nothing changes (so the function is idempotent by construction):
+    lone surrogates dropped; NFKC + casefold; whitespace runs collapsed to one space and trimmed; a leading Sphinx role
+    (`:func:`, `:py:meth:`) dropped; surrounding backticks and straight/curly quotes stripped;
+    backslashes become `/`; `::` (C++/Rust/Ruby) and `#` (Javadoc/Ruby method refs) become `.`;
+    trailing `()` dropped; leading `~` (Sphinx short-name marker) dropped; trailing `.,;:!?`
+    dropped. `/` is kept as is: file paths stay paths (`src/click/core.py`), and a query cannot
+    say whether `a/b` is a path or a symbol, so it is never rewritten to `.`.
+    """
+    if not alias:
+        return ""
+    s = alias
+    for _ in range(16):
+        nxt = _normalize_once(s)
+        if nxt == s:
+            break
+        s = nxt
+    return s
+
+
+def short_symbol(symbol_norm: str) -> str:
+    """The last dotted part of a normalised qualified symbol ('' if it has no dots)."""
+    if "." not in symbol_norm or "/" in symbol_norm:
+        return ""
+    return symbol_norm.rsplit(".", 1)[-1]
+
+
+ISSUE_KEY_RE = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-[0-9]{1,7}\b")
+ALIAS_KINDS = ("symbol", "short_symbol", "file_path", "basename", "graph_id", "source_id",
+               "title", "issue_key")
+# Order in which exact() reports hits of different kinds for the same query.
+ALIAS_KIND_RANK = {k: i for i, k in enumerate(
+    ("symbol", "file_path", "graph_id", "issue_key", "source_id", "short_symbol", "basename",
+     "title"))}
+_FILE_ANCHOR_TYPES = ("file", "module", "page", "document")
+_MAX_TITLE_ALIAS = 200
+
+
+def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str, str]]:
+    """The standard aliases of a chunk set, as (alias, alias_kind, chunk_id):
+
+    * symbol (qualified) for every row with a symbol; short_symbol (last dotted part) for code
+      rows (source_kind != 'docs') whose symbol is qualified;
+    * title for rows whose title differs from the symbol (<= 200 chars);
+    * file_path and basename once per file, anchored at the file's chunk (chunk_type file/module/
+      page/document, else a row without parent, else the first row by line);
+    * graph_id for each entry of graph_ids;
+    * issue_key for every `ABC-123`-like key in the title or text of child rows (and of parents
+      without children);
+    * source_id once, anchored at the first file anchor (README/index/__init__ preferred).
+    """
+    out: list[tuple[str, str, str]] = []
+    anchors: dict[str, dict] = {}
+    parents_with_children = {r.get("parent_id") for r in rows if r.get("role") == "child"}
+
+    def anchor_rank(r: dict) -> tuple:
+        return (0 if r.get("chunk_type") in _FILE_ANCHOR_TYPES else 1 if not r.get("parent_id") else 2,
+                int(r.get("start_line") or 0), str(r.get("chunk_id")))
+
+    for r in rows:
+        cid = r["chunk_id"]
+        sym = (r.get("symbol") or "").strip()
+        if sym:
+            out.append((sym, "symbol", cid))
+            if r.get("source_kind") != "docs":
+                short = short_symbol(normalize_alias(sym))
+                if short:
+                    out.append((sym.replace("::", ".").replace("#", ".").rsplit(".", 1)[-1],
+                                "short_symbol", cid))
+        title = (r.get("title") or "").strip()
+        if title and len(title) <= _MAX_TITLE_ALIAS and normalize_alias(title) != normalize_alias(sym):
+            out.append((title, "title", cid))
+        for gid in r.get("graph_ids") or []:
+            if gid:
+                out.append((str(gid), "graph_id", cid))
+        if r.get("role") == "child" or cid not in parents_with_children:
+            keys = set(ISSUE_KEY_RE.findall(title)) | set(ISSUE_KEY_RE.findall(r.get("text") or ""))
+            out.extend((k, "issue_key", cid) for k in sorted(keys))
+        fp = r.get("file_path") or ""
+        if fp:
+            cur = anchors.get(fp)
+            if cur is None or anchor_rank(r) < anchor_rank(cur):
+                anchors[fp] = r
+    for fp, r in sorted(anchors.items()):
+        path = fp.replace("\\", "/")
+        out.append((path, "file_path", r["chunk_id"]))
+        base = posixpath.basename(path)
+        if base and base != path:
+            out.append((base, "basename", r["chunk_id"]))
+    if source_id and anchors:
+        def entry_rank(fp: str) -> tuple:
+            base = posixpath.basename(fp).lower()
+            preferred = base.startswith(("readme", "index", "__init__"))
+            return (0 if preferred else 1, fp.count("/"), fp)
+        out.append((source_id, "source_id", anchors[min(anchors, key=entry_rank)]["chunk_id"]))
+    return out

@@ -1,0 +1,575 @@
+"""The SQLite FTS5 store: lexical and identifier search, exact aliases, parent rows for hydration.
+
+This is the only module that builds SQL against the FTS database.
+
+Schema (created when missing; `PRAGMA user_version` = SCHEMA_VERSION)
+----------------------------------------------------------------------
+* `chunks`: children and parents. `rid INTEGER PRIMARY KEY` is the rowid the FTS tables use;
+  `chunk_id` is UNIQUE NOT NULL (the logical primary key). `graph_ids` is JSON; `extra` is JSON
+  holding any other keys a row dict carried (cas_uri, repository, commit, ...).
+* `fts_trigram`: FTS5 (title, summary, text, symbol), `tokenize='trigram'`, external content
+  over the view `child_chunks` (child rows only), `content_rowid='rid'`. Rows are removed with
+  the FTS5 'delete' command fed from `chunks` itself, before the chunk rows go, so the index can
+  never disagree with its content (`integrity-check` passes).
+* `fts_cjk`: FTS5 (title, summary, text, symbol), `tokenize='unicode61'`, over the same child
+  rowids, storing `fts_query.segment_for_index` of each column (CJK bigrams + words).
+* `exact_aliases` (alias_norm, alias, alias_kind, chunk_id, source_id), indexed on alias_norm.
+* `markers` (source_id, generation, state, updated_at), `meta` (source_id, generation,
+  input_sha256, child_rows, parent_rows, alias_rows, updated_at).
+
+Concurrency: WAL journal, `busy_timeout` on every connection, `synchronous=NORMAL`. A write is
+marker `begin` (own transaction) + ONE transaction that replaces every row of the source and sets
+meta and the marker to `committed`; readers run each call inside one read transaction, so they
+see a source either before or after a write, never half of it, and never wait on the writer.
+
+Search: see `fts_query` for tokenization and MATCH semantics. bm25 weights per column:
+title 4, symbol 4, summary 2, text 1 (`fts_query.BM25_WEIGHTS`); a hit's `score` is -bm25
+(higher is better); hits of both indexes are merged by chunk_id keeping the best score.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from . import fts_query
+from .fts_query import (
+    ALIAS_KIND_RANK,
+    BM25_WEIGHTS,
+    FTS_COLUMNS,
+    QueryPlan,
+    build_query,
+    derive_aliases,
+    normalize_alias,
+    short_symbol,
+)
+from .markers import BEGIN, COMMITTED, Marker
+
+__all__ = ["FtsStore", "CHUNK_COLUMNS", "SCHEMA_VERSION", "derive_aliases", "normalize_alias"]
+
+SCHEMA_VERSION = 1
+
+CHUNK_COLUMNS = (
+    "chunk_id", "source_id", "source_kind", "role", "chunk_type", "parent_id", "file_path",
+    "start_line", "end_line", "symbol", "title", "summary", "text", "language", "content_hash",
+    "locator", "graph_ids",
+)
+_TEXT_DEFAULTS = {"source_kind", "chunk_type", "file_path", "symbol", "title", "summary", "text",
+                  "language", "content_hash", "locator"}
+_INT_COLUMNS = {"start_line", "end_line"}
+_BATCH = 500
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS chunks (
+    rid          INTEGER PRIMARY KEY,
+    chunk_id     TEXT NOT NULL UNIQUE,
+    source_id    TEXT NOT NULL,
+    source_kind  TEXT NOT NULL DEFAULT '',
+    role         TEXT NOT NULL CHECK (role IN ('parent', 'child')),
+    chunk_type   TEXT NOT NULL DEFAULT '',
+    parent_id    TEXT,
+    file_path    TEXT NOT NULL DEFAULT '',
+    start_line   INTEGER NOT NULL DEFAULT 0,
+    end_line     INTEGER NOT NULL DEFAULT 0,
+    symbol       TEXT NOT NULL DEFAULT '',
+    title        TEXT NOT NULL DEFAULT '',
+    summary      TEXT NOT NULL DEFAULT '',
+    text         TEXT NOT NULL DEFAULT '',
+    language     TEXT NOT NULL DEFAULT '',
+    content_hash TEXT NOT NULL DEFAULT '',
+    locator      TEXT NOT NULL DEFAULT '',
+    graph_ids    TEXT NOT NULL DEFAULT '[]',
+    extra        TEXT NOT NULL DEFAULT '{{}}'
+);
+CREATE INDEX IF NOT EXISTS chunks_source_role ON chunks(source_id, role);
+CREATE INDEX IF NOT EXISTS chunks_parent ON chunks(parent_id);
+CREATE VIEW IF NOT EXISTS child_chunks AS
+    SELECT rid, title, summary, text, symbol FROM chunks WHERE role = 'child';
+CREATE VIRTUAL TABLE IF NOT EXISTS fts_trigram USING fts5(
+    title, summary, text, symbol,
+    tokenize = 'trigram', content = 'child_chunks', content_rowid = 'rid'
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS fts_cjk USING fts5(
+    title, summary, text, symbol, tokenize = 'unicode61'
+);
+CREATE TABLE IF NOT EXISTS exact_aliases (
+    alias_norm TEXT NOT NULL,
+    alias      TEXT NOT NULL,
+    alias_kind TEXT NOT NULL,
+    chunk_id   TEXT NOT NULL,
+    source_id  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS exact_aliases_norm ON exact_aliases(alias_norm);
+CREATE INDEX IF NOT EXISTS exact_aliases_source ON exact_aliases(source_id);
+CREATE UNIQUE INDEX IF NOT EXISTS exact_aliases_uniq ON exact_aliases(alias_norm, alias_kind, chunk_id);
+CREATE TABLE IF NOT EXISTS markers (
+    source_id  TEXT PRIMARY KEY,
+    generation TEXT NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('{BEGIN}', '{COMMITTED}')),
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    source_id    TEXT PRIMARY KEY,
+    generation   TEXT NOT NULL,
+    input_sha256 TEXT NOT NULL,
+    child_rows   INTEGER NOT NULL,
+    parent_rows  INTEGER NOT NULL,
+    alias_rows   INTEGER NOT NULL,
+    updated_at   REAL NOT NULL
+);
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+_W = ", ".join(repr(BM25_WEIGHTS[c]) for c in FTS_COLUMNS)
+
+
+def _cjk_segment(value: Any) -> str:
+    # Looked up through the module at call time so tests can inject failures.
+    return fts_query.segment_for_index(value if isinstance(value, str) else "")
+
+
+class FtsStore:
+    """SQLite FTS5 store at `path`. One connection per (process, thread), opened lazily."""
+
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 60_000, readonly: bool = False):
+        self.path = Path(path)
+        self.busy_timeout_ms = int(busy_timeout_ms)
+        self.readonly = readonly
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        if readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(self.path)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._ensure_schema()
+
+    # ------------------------------------------------------------------ connections
+    def _connect(self) -> sqlite3.Connection:
+        if self.readonly:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                                   timeout=self.busy_timeout_ms / 1000, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(str(self.path), isolation_level=None,
+                                   timeout=self.busy_timeout_ms / 1000, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.execute("PRAGMA cache_size = -32768")
+        conn.execute("PRAGMA journal_size_limit = 67108864")  # WAL shrinks back after a big write
+        conn.create_function("mtrag_cjk_segment", 1, _cjk_segment, deterministic=True)
+        return conn
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        loc = self._local
+        conn = getattr(loc, "conn", None)
+        if conn is None or getattr(loc, "pid", None) != os.getpid():
+            conn = self._connect()
+            loc.conn, loc.pid = conn, os.getpid()
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            try:
+                c.close()
+            except sqlite3.Error:
+                pass
+        self._local = threading.local()
+
+    def __enter__(self) -> "FtsStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ensure_schema(self) -> None:
+        conn = self._conn
+        # Reading user_version needs no write lock: a reader never waits on a running writer.
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise RuntimeError(f"{self.path}: could not switch to WAL (journal_mode={mode})")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in _split_sql(_SCHEMA):
+                conn.execute(stmt)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _read(self):
+        return _ReadTxn(self._conn)
+
+    # ------------------------------------------------------------------ writes
+    def write_source(self, source_id: str, generation: str, input_sha256: str,
+                     rows: Sequence[dict | Any],
+                     aliases: Iterable[tuple[str, str, str]] | None = None) -> dict:
+        """Replace every row of `source_id` with `rows` (chunk dicts or `Chunk`s, parents and
+        children) and `aliases` ((alias, alias_kind, chunk_id); None derives the standard set with
+        `derive_aliases`). Marker `begin` is committed first in its own transaction; then one
+        transaction deletes the source's rows from every table, inserts the new ones, and sets
+        meta and the marker to `committed`. If meta already holds this generation and input
+        sha256 and the marker is committed, nothing is written (`skipped=True`)."""
+        t0 = time.perf_counter()
+        conn = self._conn
+        cur = self.meta(source_id)
+        mk = self.marker(source_id)
+        if (cur and mk and mk.committed and mk.generation == generation
+                and cur["generation"] == generation and cur["input_sha256"] == input_sha256):
+            secs = time.perf_counter() - t0
+            return {"source_id": source_id, "generation": generation, "skipped": True,
+                    "child_rows": cur["child_rows"], "parent_rows": cur["parent_rows"],
+                    "alias_rows": cur["alias_rows"], "bytes": self._bytes(), "seconds": secs,
+                    "rows_per_s": 0.0}
+
+        records = [self._row_record(source_id, r) for r in rows]
+        if aliases is None:
+            aliases = derive_aliases([dict(zip(CHUNK_COLUMNS, rec[:-1]), graph_ids=json.loads(rec[16]))
+                                      for rec in records], source_id)
+        alias_records = []
+        for alias, kind, chunk_id in aliases:
+            norm = normalize_alias(alias)
+            if norm:
+                alias_records.append((norm, str(alias), str(kind), str(chunk_id), source_id))
+
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT INTO markers(source_id, generation, state, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(source_id) DO UPDATE SET generation = excluded.generation, "
+                "state = excluded.state, updated_at = excluded.updated_at",
+                (source_id, generation, BEGIN, now))
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._delete_rows(conn, source_id)
+            cols = ", ".join(CHUNK_COLUMNS) + ", extra"
+            marks = ", ".join("?" * (len(CHUNK_COLUMNS) + 1))
+            conn.executemany(f"INSERT INTO chunks({cols}) VALUES ({marks})", records)
+            conn.execute(
+                "INSERT INTO fts_trigram(rowid, title, summary, text, symbol) "
+                "SELECT rid, title, summary, text, symbol FROM chunks "
+                "WHERE source_id = ? AND role = 'child'", (source_id,))
+            conn.execute(
+                "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
+                "SELECT rid, mtrag_cjk_segment(title), mtrag_cjk_segment(summary), "
+                "mtrag_cjk_segment(text), mtrag_cjk_segment(symbol) FROM chunks "
+                "WHERE source_id = ? AND role = 'child'", (source_id,))
+            conn.executemany(
+                "INSERT OR IGNORE INTO exact_aliases(alias_norm, alias, alias_kind, chunk_id, source_id) "
+                "VALUES (?, ?, ?, ?, ?)", alias_records)
+            child_rows, parent_rows = self._role_counts(conn, source_id)
+            alias_rows = conn.execute("SELECT count(*) FROM exact_aliases WHERE source_id = ?",
+                                      (source_id,)).fetchone()[0]
+            now = time.time()
+            conn.execute(
+                "INSERT INTO meta(source_id, generation, input_sha256, child_rows, parent_rows, "
+                "alias_rows, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(source_id) DO UPDATE SET generation = excluded.generation, "
+                "input_sha256 = excluded.input_sha256, child_rows = excluded.child_rows, "
+                "parent_rows = excluded.parent_rows, alias_rows = excluded.alias_rows, "
+                "updated_at = excluded.updated_at",
+                (source_id, generation, input_sha256, child_rows, parent_rows, alias_rows, now))
+            conn.execute("UPDATE markers SET generation = ?, state = ?, updated_at = ? "
+                         "WHERE source_id = ?", (generation, COMMITTED, now, source_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        try:  # fold the WAL back so the file size is meaningful; never blocks readers
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass
+        secs = time.perf_counter() - t0
+        total = child_rows + parent_rows
+        return {"source_id": source_id, "generation": generation, "skipped": False,
+                "child_rows": child_rows, "parent_rows": parent_rows, "alias_rows": alias_rows,
+                "bytes": self._bytes(), "seconds": secs,
+                "rows_per_s": (total / secs) if secs > 0 else 0.0}
+
+    def delete_source(self, source_id: str) -> dict:
+        """Remove every row, alias, meta and marker of `source_id` in one transaction."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            child_rows, parent_rows = self._role_counts(conn, source_id)
+            self._delete_rows(conn, source_id)
+            conn.execute("DELETE FROM meta WHERE source_id = ?", (source_id,))
+            conn.execute("DELETE FROM markers WHERE source_id = ?", (source_id,))
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        return {"source_id": source_id, "child_rows": child_rows, "parent_rows": parent_rows}
+
+    @staticmethod
+    def _delete_rows(conn: sqlite3.Connection, source_id: str) -> None:
+        # External content: feed the FTS 'delete' command the exact values it indexed, while the
+        # chunk rows still exist.
+        conn.execute(
+            "INSERT INTO fts_trigram(fts_trigram, rowid, title, summary, text, symbol) "
+            "SELECT 'delete', rid, title, summary, text, symbol FROM chunks "
+            "WHERE source_id = ? AND role = 'child'", (source_id,))
+        conn.execute("DELETE FROM fts_cjk WHERE rowid IN "
+                     "(SELECT rid FROM chunks WHERE source_id = ? AND role = 'child')", (source_id,))
+        conn.execute("DELETE FROM chunks WHERE source_id = ?", (source_id,))
+        conn.execute("DELETE FROM exact_aliases WHERE source_id = ?", (source_id,))
+
+    @staticmethod
+    def _role_counts(conn: sqlite3.Connection, source_id: str) -> tuple[int, int]:
+        got = dict(conn.execute("SELECT role, count(*) FROM chunks WHERE source_id = ? GROUP BY role",
+                                (source_id,)).fetchall())
+        return int(got.get("child", 0)), int(got.get("parent", 0))
+
+    @staticmethod
+    def _row_record(source_id: str, row: Any) -> tuple:
+        if dataclasses.is_dataclass(row) and not isinstance(row, type):
+            row = dataclasses.asdict(row)
+        row = dict(row)
+        rsid = row.get("source_id") or source_id
+        if rsid != source_id:
+            raise ValueError(f"row {row.get('chunk_id')!r} belongs to {rsid!r}, not {source_id!r}")
+        vals: list[Any] = []
+        for col in CHUNK_COLUMNS:
+            v = row.get(col)
+            if col == "source_id":
+                v = source_id
+            elif col == "graph_ids":
+                v = json.dumps(list(v or []), ensure_ascii=False)
+            elif col in _INT_COLUMNS:
+                v = int(v or 0)
+            elif col in _TEXT_DEFAULTS:
+                v = "" if v is None else str(v)
+            elif col == "parent_id":
+                v = v or None
+            vals.append(v)
+        extra = {k: v for k, v in row.items() if k not in CHUNK_COLUMNS}
+        vals.append(json.dumps(extra, ensure_ascii=False, default=str))
+        return tuple(vals)
+
+    def _bytes(self) -> int:
+        """Size of the database file (the WAL, checkpointed after each write, is not counted)."""
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: str, k: int = 20, source_kind: str | None = None,
+               source_ids: Sequence[str] | None = None) -> list[dict]:
+        """bm25 search over child rows. Returns [{chunk_id, score, channel: 'fts', source_id,
+        index: 'trigram'|'cjk', match: 'all'|'any'}], best first (score = -bm25, higher better).
+        Empty or punctuation-only queries return []."""
+        plan = build_query(query)
+        if plan.empty or k <= 0 or (source_ids is not None and len(source_ids) == 0):
+            return []
+        with self._read() as conn:
+            hits = self._run_plan(conn, plan, "all", k, source_kind, source_ids)
+            if not hits:
+                hits = self._run_plan(conn, plan, "any", k, source_kind, source_ids)
+        return hits
+
+    def _run_plan(self, conn, plan: QueryPlan, stage: str, k: int, source_kind, source_ids) -> list[dict]:
+        best: dict[str, dict] = {}
+        if stage == "all":
+            jobs = [("trigram", plan.all_trigram, plan.all_trigram_filter), ("cjk", plan.all_cjk, None)]
+        else:
+            jobs = [("trigram", plan.any_trigram, None), ("cjk", plan.any_cjk, None)]
+        for index, expr, filt in jobs:
+            if not expr:
+                continue
+            table = f"fts_{index}"
+            sql = [f"SELECT c.chunk_id, c.source_id, -bm25({table}, {_W}) AS score "
+                   f"FROM {table} JOIN chunks c ON c.rid = {table}.rowid WHERE {table} MATCH ?"]
+            args: list[Any] = [expr]
+            if filt:
+                sql.append(f"AND {table}.rowid IN (SELECT rowid FROM fts_cjk WHERE fts_cjk MATCH ?)")
+                args.append(filt)
+            if source_kind:
+                sql.append("AND c.source_kind = ?")
+                args.append(source_kind)
+            if source_ids is not None:
+                sql.append(f"AND c.source_id IN ({', '.join('?' * len(source_ids))})")
+                args.extend(source_ids)
+            sql.append("ORDER BY score DESC, c.chunk_id LIMIT ?")
+            args.append(int(k))
+            for r in conn.execute(" ".join(sql), args):
+                prev = best.get(r["chunk_id"])
+                if prev is None or r["score"] > prev["score"]:
+                    best[r["chunk_id"]] = {"chunk_id": r["chunk_id"], "score": float(r["score"]),
+                                           "channel": "fts", "source_id": r["source_id"],
+                                           "index": index, "match": stage}
+        hits = sorted(best.values(), key=lambda h: (-h["score"], h["chunk_id"]))
+        return hits[:k]
+
+    def exact(self, query: str, k: int = 20) -> list[dict]:
+        """Chunks whose alias equals `normalize_alias(query)`; for a dotted query without `/`,
+        also short_symbol aliases equal to its last part (`match: 'last_part'`, ranked after
+        the exact ones; among them, symbols ending with the query first). Returns
+        [{chunk_id, alias_kind, alias, source_id, match}], one entry per chunk."""
+        norm = normalize_alias(query)
+        if not norm or k <= 0:
+            return []
+        out: list[dict] = []
+        seen: set[str] = set()
+        with self._read() as conn:
+            rows = conn.execute("SELECT alias, alias_kind, chunk_id, source_id FROM exact_aliases "
+                                "WHERE alias_norm = ?", (norm,)).fetchall()
+            rows = sorted(rows, key=lambda r: (ALIAS_KIND_RANK.get(r["alias_kind"], 99),
+                                               r["source_id"], r["chunk_id"]))
+            for r in rows:
+                if r["chunk_id"] not in seen:
+                    seen.add(r["chunk_id"])
+                    out.append({"chunk_id": r["chunk_id"], "alias_kind": r["alias_kind"],
+                                "alias": r["alias"], "source_id": r["source_id"], "match": "exact"})
+            last = short_symbol(norm)
+            if last and len(out) < k:
+                cands = conn.execute(
+                    "SELECT a.alias, a.alias_kind, a.chunk_id, a.source_id, c.symbol FROM exact_aliases a "
+                    "JOIN chunks c ON c.chunk_id = a.chunk_id "
+                    "WHERE a.alias_norm = ? AND a.alias_kind = 'short_symbol'", (last,)).fetchall()
+                head = norm.split(".", 1)[0]
+
+                def quality(r) -> tuple:
+                    sym = normalize_alias(r["symbol"])
+                    return (0 if sym.endswith("." + norm) else 1,
+                            0 if sym.split(".", 1)[0] == head else 1,
+                            sym.count("."), r["chunk_id"])
+
+                for r in sorted(cands, key=quality):
+                    if r["chunk_id"] not in seen:
+                        seen.add(r["chunk_id"])
+                        out.append({"chunk_id": r["chunk_id"], "alias_kind": r["alias_kind"],
+                                    "alias": r["alias"], "source_id": r["source_id"],
+                                    "match": "last_part"})
+        return out[:k]
+
+    # ------------------------------------------------------------------ rows
+    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, dict]:
+        ids = list(dict.fromkeys(c for c in chunk_ids if c))
+        out: dict[str, dict] = {}
+        with self._read() as conn:
+            for i in range(0, len(ids), _BATCH):
+                part = ids[i:i + _BATCH]
+                for r in conn.execute(f"SELECT * FROM chunks WHERE chunk_id IN ({', '.join('?' * len(part))})",
+                                      part):
+                    out[r["chunk_id"]] = _row_dict(r)
+        return out
+
+    def parents_of(self, chunk_ids: Iterable[str]) -> dict[str, dict]:
+        """{child_id: parent row} for each given chunk whose parent row is stored."""
+        ids = list(dict.fromkeys(c for c in chunk_ids if c))
+        out: dict[str, dict] = {}
+        with self._read() as conn:
+            for i in range(0, len(ids), _BATCH):
+                part = ids[i:i + _BATCH]
+                q = ("SELECT ch.chunk_id AS child_id, p.* FROM chunks ch JOIN chunks p "
+                     f"ON p.chunk_id = ch.parent_id WHERE ch.chunk_id IN ({', '.join('?' * len(part))})")
+                for r in conn.execute(q, part):
+                    d = _row_dict(r)
+                    out[d.pop("child_id")] = d
+        return out
+
+    # ------------------------------------------------------------------ markers / meta
+    def marker(self, source_id: str) -> Marker | None:
+        r = self._conn.execute("SELECT source_id, generation, state FROM markers WHERE source_id = ?",
+                               (source_id,)).fetchone()
+        return Marker(r["source_id"], r["generation"], r["state"]) if r else None
+
+    def markers(self) -> dict[str, Marker]:
+        return {r["source_id"]: Marker(r["source_id"], r["generation"], r["state"])
+                for r in self._conn.execute("SELECT source_id, generation, state FROM markers")}
+
+    def meta(self, source_id: str) -> dict | None:
+        r = self._conn.execute("SELECT * FROM meta WHERE source_id = ?", (source_id,)).fetchone()
+        return dict(r) if r else None
+
+    def counts(self, source_id: str) -> dict:
+        """Row counts of one source, all read in one transaction (a consistent snapshot)."""
+        with self._read() as conn:
+            child, parent = self._role_counts(conn, source_id)
+            sub = "SELECT rid FROM chunks WHERE source_id = ? AND role = 'child'"
+            return {
+                "child_rows": child,
+                "parent_rows": parent,
+                "alias_rows": conn.execute("SELECT count(*) FROM exact_aliases WHERE source_id = ?",
+                                           (source_id,)).fetchone()[0],
+                "fts_cjk_rows": conn.execute(f"SELECT count(*) FROM fts_cjk WHERE rowid IN ({sub})",
+                                             (source_id,)).fetchone()[0],
+                "generation": (conn.execute("SELECT generation FROM meta WHERE source_id = ?",
+                                            (source_id,)).fetchone() or [None])[0],
+            }
+
+    def snapshot_meta(self) -> dict[str, dict]:
+        """{source_id: meta row + marker generation/state}, read in one transaction."""
+        with self._read() as conn:
+            out = {r["source_id"]: dict(r) for r in conn.execute("SELECT * FROM meta")}
+            for r in conn.execute("SELECT source_id, generation, state FROM markers"):
+                d = out.setdefault(r["source_id"], {"source_id": r["source_id"]})
+                d["marker_generation"], d["marker_state"] = r["generation"], r["state"]
+        return out
+
+    def integrity_check(self) -> None:
+        """Raise sqlite3.DatabaseError if either FTS index disagrees with its content."""
+        conn = self._conn
+        conn.execute("INSERT INTO fts_trigram(fts_trigram, rank) VALUES ('integrity-check', 1)")
+        conn.execute("INSERT INTO fts_cjk(fts_cjk) VALUES ('integrity-check')")
+
+
+class _ReadTxn:
+    """One deferred read transaction (a WAL snapshot) around several SELECTs."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        self.own = False
+
+    def __enter__(self) -> sqlite3.Connection:
+        if not self.conn.in_transaction:
+            self.conn.execute("BEGIN")
+            self.own = True
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        if self.own:
+            _rollback(self.conn)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+def _row_dict(r: sqlite3.Row) -> dict:
+    d = dict(r)
+    d.pop("rid", None)
+    d["graph_ids"] = json.loads(d.get("graph_ids") or "[]")
+    extra = json.loads(d.pop("extra", None) or "{}")
+    for k, v in extra.items():
+        d.setdefault(k, v)
+    return d
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";\n") if s.strip()]

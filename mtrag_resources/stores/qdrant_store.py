@@ -1,0 +1,582 @@
+"""Qdrant: the dense ("what is similar") store. The only module that imports qdrant_client.
+
+One API whether Qdrant is embedded (`QdrantStore(path=...)`, the local default) or a server
+(`QdrantStore(url=...)`); callers never branch on the deployment.
+
+- One collection per source kind: `mtrag_code`, `mtrag_docs` (cosine, created on first write).
+- Point id = the chunk id read as a UUID (chunk ids are 32 hex chars), else uuid5 of it.
+- `mtrag_markers` holds one point per source: {source_id, generation, state, updated_at}.
+- `write_source` is idempotent and bracketed by the marker: begin -> upsert changed points ->
+  delete the source's points that are not in the new set -> committed. An interrupted write
+  leaves the marker at `begin`, which the reader reports as stale; the next write converges.
+
+Embedded mode allows one process per folder and qdrant-client fails at once when the folder is
+taken, so the store guards the client's lifetime with its own lock (`<folder>.mtrag.lock`) and
+waits for it; readers open a published copy (`copy_local_snapshot`) instead of the live folder.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from mtrag_resources.stores.markers import BEGIN, COMMITTED, Marker
+
+COLLECTION_PREFIX = "mtrag_"
+MARKERS_COLLECTION = "mtrag_markers"
+KEYWORD_FIELDS = ("source_id", "source_kind", "chunk_id", "parent_id", "file_path", "symbol",
+                  "repository", "content_hash")
+_MARKER_NAMESPACE = uuid.UUID("6f1c8a52-51d0-4b55-9a43-9b7c2a1e0d11")
+_CHUNK_NAMESPACE = uuid.UUID("0b8e2f0e-3f0c-4f3a-8d7e-5b1f6c0a9e27")
+_SCROLL_PAGE = 1024
+_VECTOR_ATOL = 1e-6
+
+
+class QdrantStoreError(RuntimeError):
+    pass
+
+
+class QdrantStoreLocked(QdrantStoreError, TimeoutError):
+    """Another process holds the embedded Qdrant folder."""
+
+
+class CollectionDimMismatch(QdrantStoreError, ValueError):
+    pass
+
+
+def _qdrant():
+    from qdrant_client import QdrantClient, models
+
+    return QdrantClient, models
+
+
+def collection_name(kind: str) -> str:
+    if not kind or not kind.replace("_", "").isalnum() or kind != kind.lower():
+        raise ValueError(f"not a source kind: {kind!r}")
+    return f"{COLLECTION_PREFIX}{kind}"
+
+
+def point_id(chunk_id: str) -> str:
+    """The Qdrant point id of a chunk: its 32 hex chars read as a UUID; any other id goes through
+    uuid5 so it is still stable."""
+    try:
+        if len(chunk_id) == 32:
+            return str(uuid.UUID(hex=chunk_id))
+    except ValueError:
+        pass
+    return str(uuid.uuid5(_CHUNK_NAMESPACE, chunk_id))
+
+
+def marker_point_id(source_id: str) -> str:
+    return str(uuid.uuid5(_MARKER_NAMESPACE, source_id))
+
+
+def lock_path_for(folder: Path | str) -> Path:
+    folder = Path(folder)
+    return folder.parent / f"{folder.name}.mtrag.lock"
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return value.as_posix()
+    raise TypeError(f"payload value of type {type(value).__name__} is not JSON")
+
+
+def _plain_payload(payload: dict) -> dict:
+    """JSON-native payload, so what we compare equals what Qdrant gives back."""
+    return json.loads(json.dumps(payload, default=_json_default))
+
+
+def _unit(vector: Any) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    n = float(np.linalg.norm(v))
+    return v / n if n > 0 else v
+
+
+class _FolderLock:
+    """An exclusive fcntl.flock on `<folder>.mtrag.lock`, waited for up to `timeout` seconds."""
+
+    def __init__(self, folder: Path, timeout: float) -> None:
+        self.folder = Path(folder)
+        self.path = lock_path_for(self.folder)
+        self.timeout = timeout
+        self._fh = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        deadline = time.monotonic() + max(0.0, self.timeout)
+        delay = 0.02
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    fh.close()
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = ""
+                    with contextlib.suppress(OSError):
+                        fh.seek(0)
+                        holder = fh.read().strip()
+                    fh.close()
+                    raise QdrantStoreLocked(
+                        f"the embedded Qdrant folder {self.folder} is in use by another process"
+                        f"{f' ({holder})' if holder else ''}; waited {self.timeout:g} s for "
+                        f"{self.path}. Embedded Qdrant allows one process per folder: wait for "
+                        "the running build, open a published copy, or use a Qdrant server "
+                        "(QDRANT_URL).") from None
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.25)
+        with contextlib.suppress(OSError):
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} since {_now_iso()}\n")
+            fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.seek(0)
+                self._fh.truncate()
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> "_FolderLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class QdrantStore:
+    def __init__(self, path: Path | str | None = None, url: str | None = None,
+                 api_key: str | None = None, lock_timeout: float = 300) -> None:
+        if (path is None) == (url is None):
+            raise ValueError("QdrantStore needs exactly one of path (embedded) or url (server)")
+        self.path = Path(path).resolve() if path is not None else None
+        self.url = url
+        self._lock: _FolderLock | None = None
+        self._dims: dict[str, int] = {}
+        QdrantClient, self._models = _qdrant()
+        if self.path is not None:
+            self._lock = _FolderLock(self.path, lock_timeout)
+            self._lock.acquire()
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self.client = QdrantClient(path=str(self.path))
+            except RuntimeError as exc:
+                self._lock.release()
+                if "already accessed" in str(exc):
+                    raise QdrantStoreLocked(
+                        f"the embedded Qdrant folder {self.path} is open in a process that does "
+                        f"not take {self._lock.path}: {exc}") from exc
+                raise
+            except BaseException:
+                self._lock.release()
+                raise
+        else:
+            self.client = QdrantClient(url=url, api_key=api_key)
+        self._closed = False
+
+    # -- lifetime -----------------------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return str(self.path) if self.path is not None else str(self.url)
+
+    @property
+    def embedded(self) -> bool:
+        return self.path is not None
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        try:
+            self.client.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    def __enter__(self) -> "QdrantStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- collections --------------------------------------------------------------------------
+    def _exists(self, name: str) -> bool:
+        return bool(self.client.collection_exists(name))
+
+    def collection_dim(self, kind: str) -> int | None:
+        name = collection_name(kind)
+        if name in self._dims:
+            return self._dims[name]
+        if not self._exists(name):
+            return None
+        dim = int(self._vector_params(name).size)
+        self._dims[name] = dim
+        return dim
+
+    def _vector_params(self, name: str):
+        vectors = self.client.get_collection(name).config.params.vectors
+        if isinstance(vectors, dict):  # named vectors: we only ever create the default one
+            vectors = next(iter(vectors.values()))
+        return vectors
+
+    def ensure_collection(self, kind: str, dim: int) -> str:
+        name = collection_name(kind)
+        existing = self.collection_dim(kind)
+        if existing is not None:
+            if existing != int(dim):
+                raise CollectionDimMismatch(
+                    f"collection {name} in {self.location} holds {existing}-d vectors but "
+                    f"{int(dim)}-d vectors were given: the embedder changed. Drop the collection "
+                    "(drop_collection) and rebuild, or configure the model it was built with.")
+            return name
+        m = self._models
+        self.client.create_collection(
+            name, vectors_config=m.VectorParams(size=int(dim), distance=m.Distance.COSINE))
+        with warnings.catch_warnings():  # local mode: "payload indexes have no effect"
+            warnings.simplefilter("ignore")
+            for field in KEYWORD_FIELDS:
+                self.client.create_payload_index(name, field, m.PayloadSchemaType.KEYWORD)
+        self._dims[name] = int(dim)
+        return name
+
+    def drop_collection(self, kind: str) -> None:
+        name = collection_name(kind)
+        if self._exists(name):
+            self.client.delete_collection(name)
+        self._dims.pop(name, None)
+
+    def collection_info(self, kind: str) -> dict | None:
+        name = collection_name(kind)
+        if not self._exists(name):
+            return None
+        info = self.client.get_collection(name)
+        vectors = self._vector_params(name)
+        distance = vectors.distance
+        return {"name": name, "dim": int(vectors.size),
+                "distance": getattr(distance, "value", str(distance)),
+                "points": int(info.points_count or 0)}
+
+    def existing_kinds(self) -> list[str]:
+        names = [c.name for c in self.client.get_collections().collections]
+        return sorted(n[len(COLLECTION_PREFIX):] for n in names
+                      if n.startswith(COLLECTION_PREFIX) and n != MARKERS_COLLECTION)
+
+    # -- markers ------------------------------------------------------------------------------
+    def _ensure_markers(self) -> None:
+        if MARKERS_COLLECTION in self._dims:
+            return
+        if not self._exists(MARKERS_COLLECTION):
+            m = self._models
+            self.client.create_collection(
+                MARKERS_COLLECTION, vectors_config=m.VectorParams(size=1, distance=m.Distance.DOT))
+        self._dims[MARKERS_COLLECTION] = 1
+
+    def _set_marker(self, source_id: str, generation: str, state: str) -> None:
+        self._ensure_markers()
+        m = self._models
+        self.client.upsert(MARKERS_COLLECTION, wait=True, points=[m.PointStruct(
+            id=marker_point_id(source_id), vector=[1.0],
+            payload={"source_id": source_id, "generation": generation, "state": state,
+                     "updated_at": _now_iso()})])
+
+    def begin(self, source_id: str, generation: str) -> None:
+        self._set_marker(source_id, generation, BEGIN)
+
+    def commit(self, source_id: str, generation: str) -> None:
+        self._set_marker(source_id, generation, COMMITTED)
+
+    def marker_record(self, source_id: str) -> dict | None:
+        """The marker's payload, updated_at included."""
+        if not self._exists(MARKERS_COLLECTION):
+            return None
+        found = self.client.retrieve(MARKERS_COLLECTION, [marker_point_id(source_id)],
+                                     with_payload=True, with_vectors=False)
+        return dict(found[0].payload or {}) if found else None
+
+    def marker(self, source_id: str) -> Marker | None:
+        rec = self.marker_record(source_id)
+        return None if rec is None else Marker(rec["source_id"], rec["generation"], rec["state"])
+
+    def markers(self) -> dict[str, Marker]:
+        if not self._exists(MARKERS_COLLECTION):
+            return {}
+        out: dict[str, Marker] = {}
+        for rec in self._scroll(MARKERS_COLLECTION, None, with_payload=True):
+            p = rec.payload or {}
+            out[p["source_id"]] = Marker(p["source_id"], p["generation"], p["state"])
+        return out
+
+    # -- writing ------------------------------------------------------------------------------
+    def _source_filter(self, source_id: str):
+        m = self._models
+        return m.Filter(must=[m.FieldCondition(key="source_id",
+                                               match=m.MatchValue(value=source_id))])
+
+    def _scroll(self, name: str, flt, with_payload: Any = False) -> Iterator[Any]:
+        offset = None
+        while True:
+            records, offset = self.client.scroll(name, scroll_filter=flt, limit=_SCROLL_PAGE,
+                                                 offset=offset, with_payload=with_payload,
+                                                 with_vectors=False)
+            yield from records
+            if offset is None:
+                return
+
+    def _source_point_ids(self, name: str, source_id: str) -> set[str]:
+        return {str(r.id) for r in self._scroll(name, self._source_filter(source_id))}
+
+    def _upsert(self, name: str, points: list) -> None:
+        self.client.upsert(name, points=points, wait=True)
+
+    def _unchanged(self, name: str, prepared: list[tuple[str, np.ndarray, dict]],
+                   batch_size: int) -> set[str]:
+        """Point ids whose stored payload and vector already equal the new ones (rewriting them
+        would cost a write each and change nothing)."""
+        same: set[str] = set()
+        for start in range(0, len(prepared), batch_size):
+            batch = prepared[start:start + batch_size]
+            wanted = {pid: (vec, payload) for pid, vec, payload in batch}
+            for rec in self.client.retrieve(name, list(wanted), with_payload=True,
+                                            with_vectors=True):
+                pid = str(rec.id)
+                vec, payload = wanted[pid]
+                stored = rec.vector
+                if isinstance(stored, dict):
+                    stored = next(iter(stored.values()), None)
+                if stored is None or rec.payload != payload:
+                    continue
+                stored = np.asarray(stored, dtype=np.float32)
+                if stored.shape == vec.shape and np.allclose(stored, vec, atol=_VECTOR_ATOL,
+                                                             rtol=0):
+                    same.add(pid)
+        return same
+
+    def write_source(self, source_id: str, kind: str, generation: str, points: list[dict],
+                     batch_size: int = 256, skip_unchanged: bool = True) -> dict:
+        """Make the source's points in `kind`'s collection exactly `points`, bracketed by the
+        source's marker. Each point is {chunk_id, vector, payload}; source_id, source_kind and
+        chunk_id are set in the payload here."""
+        t0 = time.perf_counter()
+        m = self._models
+        name = collection_name(kind)
+        prepared: list[tuple[str, np.ndarray, dict]] = []
+        seen: dict[str, str] = {}
+        for p in points:
+            chunk_id = p["chunk_id"]
+            pid = point_id(chunk_id)
+            if pid in seen:
+                raise ValueError(f"chunk id {chunk_id!r} given twice for source {source_id!r}")
+            seen[pid] = chunk_id
+            payload = dict(p.get("payload") or {})
+            payload.update(source_id=source_id, source_kind=kind, chunk_id=chunk_id)
+            prepared.append((pid, _unit(p["vector"]), _plain_payload(payload)))
+        dims = {v.shape[0] for _, v, _ in prepared}
+        if len(dims) > 1:
+            raise ValueError(f"points of source {source_id!r} have mixed dims {sorted(dims)}")
+
+        self.begin(source_id, generation)
+        if prepared:
+            self.ensure_collection(kind, dims.pop())
+        has_collection = self.collection_dim(kind) is not None
+
+        skipped: set[str] = set()
+        if prepared and skip_unchanged:
+            skipped = self._unchanged(name, prepared, batch_size)
+        to_write = [t for t in prepared if t[0] not in skipped]
+        upserted = 0
+        for start in range(0, len(to_write), batch_size):
+            batch = to_write[start:start + batch_size]
+            self._upsert(name, [m.PointStruct(id=pid, vector=vec.tolist(), payload=payload)
+                                for pid, vec, payload in batch])
+            upserted += len(batch)
+
+        deleted = 0
+        if has_collection:
+            stale = sorted(self._source_point_ids(name, source_id) - set(seen))
+            for start in range(0, len(stale), batch_size):
+                ids = stale[start:start + batch_size]
+                self.client.delete(name, points_selector=m.PointIdsList(points=ids), wait=True)
+                deleted += len(ids)
+        # a source whose kind changed leaves nothing behind in its old collection
+        for other in self.existing_kinds():
+            if other == kind:
+                continue
+            other_name = collection_name(other)
+            flt = self._source_filter(source_id)
+            n = self.client.count(other_name, count_filter=flt, exact=True).count
+            if n:
+                self.client.delete(other_name, points_selector=m.FilterSelector(filter=flt),
+                                   wait=True)
+                deleted += n
+
+        self.commit(source_id, generation)
+        seconds = time.perf_counter() - t0
+        total = self.count(kind, source_id)
+        return {"collection": name, "upserted": upserted, "skipped": len(skipped),
+                "deleted": deleted, "points": total, "seconds": seconds,
+                "points_per_s": (len(prepared) / seconds) if seconds > 0 else 0.0}
+
+    def delete_source(self, source_id: str) -> int:
+        """Remove the source's points from every collection and its marker."""
+        m = self._models
+        deleted = 0
+        flt = self._source_filter(source_id)
+        for kind in self.existing_kinds():
+            name = collection_name(kind)
+            n = self.client.count(name, count_filter=flt, exact=True).count
+            if n:
+                self.client.delete(name, points_selector=m.FilterSelector(filter=flt), wait=True)
+                deleted += n
+        if self._exists(MARKERS_COLLECTION):
+            self.client.delete(MARKERS_COLLECTION, wait=True, points_selector=m.PointIdsList(
+                points=[marker_point_id(source_id)]))
+        return deleted
+
+    # -- reading ------------------------------------------------------------------------------
+    def _filter(self, source_ids: Iterable[str] | None, filters: dict | None):
+        m = self._models
+        must = []
+        if source_ids is not None:
+            must.append(m.FieldCondition(key="source_id",
+                                         match=m.MatchAny(any=[str(s) for s in source_ids])))
+        for key, value in (filters or {}).items():
+            if isinstance(value, (list, tuple, set, frozenset)):
+                match = m.MatchAny(any=list(value))
+            else:
+                match = m.MatchValue(value=value)
+            must.append(m.FieldCondition(key=key, match=match))
+        return m.Filter(must=must) if must else None
+
+    def search(self, kind: str, vector: Any, k: int = 20, source_ids: Iterable[str] | None = None,
+               filters: dict | None = None) -> list[dict]:
+        """Nearest chunks by cosine: [{chunk_id, score, payload}], best first."""
+        name = collection_name(kind)
+        if self.collection_dim(kind) is None:
+            return []
+        if source_ids is not None:
+            source_ids = list(source_ids)
+            if not source_ids:
+                return []
+        vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if vec.shape[0] != self.collection_dim(kind):
+            raise CollectionDimMismatch(
+                f"query vector has {vec.shape[0]} dims; collection {name} holds "
+                f"{self.collection_dim(kind)}-d vectors")
+        result = self.client.query_points(name, query=vec.tolist(), limit=int(k),
+                                          query_filter=self._filter(source_ids, filters),
+                                          with_payload=True, with_vectors=False)
+        return [{"chunk_id": (p.payload or {}).get("chunk_id"), "score": float(p.score),
+                 "payload": dict(p.payload or {})} for p in result.points]
+
+    def vectors_for(self, kind: str, chunk_ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored (unit) vectors by chunk id; ids not in the collection are left out."""
+        name = collection_name(kind)
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids or self.collection_dim(kind) is None:
+            return {}
+        by_pid = {point_id(c): c for c in ids}
+        out: dict[str, np.ndarray] = {}
+        for start in range(0, len(ids), _SCROLL_PAGE):
+            batch = list(by_pid)[start:start + _SCROLL_PAGE]
+            for rec in self.client.retrieve(name, batch, with_payload=False, with_vectors=True):
+                vec = rec.vector
+                if isinstance(vec, dict):
+                    vec = next(iter(vec.values()), None)
+                if vec is not None:
+                    out[by_pid[str(rec.id)]] = np.asarray(vec, dtype=np.float32)
+        return out
+
+    def count(self, kind: str, source_id: str | None = None) -> int:
+        name = collection_name(kind)
+        if self.collection_dim(kind) is None:
+            return 0
+        flt = self._source_filter(source_id) if source_id is not None else None
+        return int(self.client.count(name, count_filter=flt, exact=True).count)
+
+    # -- publishing ---------------------------------------------------------------------------
+    def publish_snapshot(self, dst: Path | str, keep: int = 2) -> Path:
+        """Copy this embedded store (whose lock we hold) to `dst` for readers."""
+        if self.path is None:
+            raise QdrantStoreError("publish_snapshot needs an embedded store; a server serves "
+                                   "readers directly")
+        return copy_local_snapshot(self.path, dst, lock=False, keep=keep)
+
+
+def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: bool = True,
+                        lock_timeout: float = 300, keep: int = 2) -> Path:
+    """Publish a read-only copy of an embedded Qdrant folder that readers open while builds keep
+    writing to `src_path`.
+
+    The copy goes to a hidden temporary sibling and is renamed to a versioned folder
+    `<dst>.v-<time>-<id>`; `dst` itself is a symlink swapped to the new version with one atomic
+    rename, so a reader opening `dst` sees the old copy or the new one, never a missing or
+    half-copied folder (a plain rename cannot replace a non-empty folder). The newest `keep`
+    versions stay; older ones are removed. Lock files are not copied. With `lock` (the default)
+    the source's `<src>.mtrag.lock` is held while copying; pass lock=False when the caller already
+    holds it (`QdrantStore.publish_snapshot`).
+    """
+    src = Path(src_path).resolve()
+    dst = Path(dst_path).absolute()
+    if not (src / "meta.json").is_file():
+        raise FileNotFoundError(f"{src} is not an embedded Qdrant folder (no meta.json)")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    version = dst.parent / f"{dst.name}.v-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+    tmp = dst.parent / f".{version.name}.tmp"
+    guard = _FolderLock(src, lock_timeout) if lock else contextlib.nullcontext()
+    try:
+        with guard:
+            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(".lock", "*.tmp"))
+        os.rename(tmp, version)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    link_tmp = dst.parent / f".{dst.name}.link-{uuid.uuid4().hex[:8]}"
+    os.symlink(version.name, link_tmp)
+    if dst.exists() and not dst.is_symlink():
+        # a real folder from elsewhere: move it aside as the oldest version
+        os.rename(dst, dst.parent / f"{dst.name}.v-{0:020d}-{uuid.uuid4().hex[:8]}")
+    os.replace(link_tmp, dst)
+
+    versions = sorted(p for p in dst.parent.glob(f"{dst.name}.v-*") if p.is_dir())
+    for old in versions[:-max(1, keep)]:
+        if old != version:
+            shutil.rmtree(old, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                lock_path_for(old).unlink()
+    return dst

@@ -1,0 +1,88 @@
+"""Parquet tables of the replayable truth (chunks, graph, references, links).
+
+Writes are atomic (temporary file + rename) so a concurrent reader or a crash never leaves a
+half-written table; every table is a list of dataclass rows with a schema taken from the rows."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+T = TypeVar("T")
+
+
+def _encode(value):
+    # Lists of strings stay lists; anything nested goes as JSON so the schema stays flat.
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
+    rows = list(rows)
+    records = [{k: _encode(v) for k, v in (dataclasses.asdict(r) if dataclasses.is_dataclass(r) else r).items()}
+               for r in rows]
+    if records:
+        table = pa.Table.from_pylist(records)
+    elif row_type is not None and dataclasses.is_dataclass(row_type):
+        table = pa.Table.from_pylist([], schema=_schema_for(row_type))
+    else:
+        table = pa.table({})
+    write_table(path, table)
+    return len(records)
+
+
+def write_table(path: Path, table: pa.Table) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_rows(path: Path, row_type: type[T] | None = None) -> list:
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = pq.read_table(path).to_pylist()
+    if row_type is None:
+        return records
+    names = {f.name for f in dataclasses.fields(row_type)}
+    return [row_type(**{k: v for k, v in r.items() if k in names}) for r in records]
+
+
+_PA_TYPES = {int: pa.int64(), str: pa.string(), float: pa.float64(), bool: pa.bool_()}
+
+
+def _schema_for(row_type) -> pa.Schema:
+    fields = []
+    for f in dataclasses.fields(row_type):
+        ann = str(f.type)
+        if ann.startswith("list"):
+            typ = pa.list_(pa.string())
+        elif "int" in ann:
+            typ = pa.int64()
+        elif "float" in ann:
+            typ = pa.float64()
+        elif "bool" in ann:
+            typ = pa.bool_()
+        else:
+            typ = pa.string()
+        fields.append(pa.field(f.name, typ))
+    return pa.schema(fields)
+
+
+def column_schema(row_type) -> list[tuple[str, str]]:
+    """(name, type) pairs for Dagster's TableSchema metadata."""
+    return [(f.name, str(t)) for f, t in zip(dataclasses.fields(row_type), _schema_for(row_type).types)]

@@ -1,0 +1,1 @@
+from tests.neo4j_fixture import *  # noqa

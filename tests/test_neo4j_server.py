@@ -1,0 +1,105 @@
+"""The local Neo4j launcher: a real JVM under a private home (jars from the shared cache)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtrag_resources.config import Settings
+from mtrag_resources.neo4j_server import (
+    CACHE_MARKER,
+    Neo4jServer,
+    Neo4jServerError,
+    bolt_answers,
+    cache_dir,
+    neo4j_connection,
+    resolve_jars,
+)
+
+pytestmark = pytest.mark.neo4j
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("NEO4J_URI", "NEO4J_USER", "NEO4J_PASSWORD")}
+    env["MTRAG_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "mtrag_resources.neo4j_server", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_start_status_stop(tmp_path, monkeypatch):
+    monkeypatch.delenv("NEO4J_URI", raising=False)
+    settings = Settings(home=tmp_path)
+    server = Neo4jServer(settings)
+    assert server.status() == {"running": False, "uri": None}
+    with pytest.raises(Neo4jServerError, match="not running"):
+        neo4j_connection(settings)
+    try:
+        uri = server.start(timeout=180)
+        assert uri.startswith("bolt://127.0.0.1:")
+        assert bolt_answers(uri)
+        st = server.status()
+        assert st == {"running": True, "uri": uri}
+        pid = int((settings.neo4j_dir / "run" / "neo4j.pid").read_text())
+        assert (settings.neo4j_dir / "run" / "bolt.uri").read_text().strip() == uri
+        conf = (settings.neo4j_dir / "conf" / "neo4j.conf").read_text()
+        for line in ("server.http.enabled=false", "dbms.security.auth_enabled=false",
+                     "dbms.usage_report.enabled=false", f"server.bolt.listen_address=127.0.0.1:{uri.rsplit(':', 1)[1]}"):
+            assert line in conf
+
+        # idempotent: same process, same uri
+        assert server.start() == uri
+        assert int((settings.neo4j_dir / "run" / "neo4j.pid").read_text()) == pid
+        assert neo4j_connection(settings) == (uri, None, None)
+
+        # the CLI entry sees the same server
+        res = cli(tmp_path, "status", "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == {"running": True, "uri": uri}
+        res = cli(tmp_path, "start", "--json")
+        assert json.loads(res.stdout) == {"running": True, "uri": uri}
+
+        res = cli(tmp_path, "stop")
+        assert res.returncode == 0 and "stopped" in res.stdout
+        assert server.status() == {"running": False, "uri": None}
+        assert not bolt_answers(uri, timeout=1)
+        assert json.loads(cli(tmp_path, "status", "--json").stdout) == {"running": False, "uri": None}
+        assert server.stop() is False
+        # a restart keeps the port when it is still free
+        assert server.start(timeout=180) == uri
+        assert server.stop() is True
+    finally:
+        server.stop()
+
+
+def test_stale_pid_file_is_ignored(tmp_path):
+    server = Neo4jServer(Settings(home=tmp_path))
+    (server.home / "run").mkdir(parents=True)
+    server.pid_file.write_text(f"{os.getpid()}\n")  # alive, but not a Neo4j of this home
+    server.uri_file.write_text("bolt://127.0.0.1:1\n")
+    assert server.status() == {"running": False, "uri": None}
+    assert server.stop() is False  # must not signal the test process
+    assert not server.pid_file.exists()
+
+
+def test_env_uri_wins_and_starts_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEO4J_URI", "neo4j://db.example:7687")
+    monkeypatch.setenv("NEO4J_USER", "reader")
+    monkeypatch.setenv("NEO4J_PASSWORD", "secret")
+    settings = Settings(home=tmp_path)
+    assert neo4j_connection(settings, start=True) == ("neo4j://db.example:7687", "reader", "secret")
+    assert not settings.neo4j_dir.exists()
+
+
+def test_cached_jars_need_no_maven(monkeypatch):
+    lib = resolve_jars()  # already resolved by the fixtures / the test above
+    monkeypatch.setenv("MTRAG_MVN", "/nonexistent/mvn")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert resolve_jars() == lib
+    assert (cache_dir() / CACHE_MARKER).is_file()
+    jars = {p.name for p in lib.glob("*.jar")}
+    assert any(j.startswith("neo4j-bolt-") for j in jars) and any(j.startswith("neo4j-5.") for j in jars)

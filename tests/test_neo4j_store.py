@@ -1,0 +1,365 @@
+"""Neo4jStore against a real server (the session fixture starts a local one unless NEO4J_URI is set)."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from mtrag_resources.models import GraphNode, GraphRelation
+from mtrag_resources.stores.markers import BEGIN, COMMITTED, LINKS_SOURCE
+from mtrag_resources.stores.neo4j_store import Neo4jStore, chunk_node_id
+
+pytestmark = pytest.mark.neo4j
+
+
+@pytest.fixture
+def sid(neo4j_store):
+    """A fresh source id per test; everything it owns is removed afterwards."""
+    source_id = f"test-{uuid.uuid4().hex[:12]}"
+    yield source_id
+    neo4j_store.delete_source(source_id)
+
+
+def fn(sid, name, label="Function", chunk=True, line=1):
+    nid = f"{sid}:{name}"
+    return GraphNode(node_id=nid, label=label, name=name.rsplit(".", 1)[-1], qualified_name=f"pkg.{name}",
+                     source_id=sid, file_path="pkg/mod.py", start_line=line, end_line=line + 3,
+                     chunk_id=f"{sid}-c-{name}" if chunk else "", content_hash="h-" + name)
+
+
+def rel(sid, t, a, b, confidence="VERIFIED", evidence=True, rid=None):
+    return GraphRelation(rel_id=rid or f"{sid}:{t}:{a}->{b}", rel_type=t, src_id=f"{sid}:{a}", dst_id=f"{sid}:{b}",
+                         confidence=confidence, candidates=[] if confidence == "VERIFIED" else ["pkg.x", "pkg.y"],
+                         evidence_file="pkg/mod.py" if evidence else "", evidence_start=2, evidence_end=2,
+                         evidence_hash="e" * 64 if evidence else "", evidence_text=f"{b}()", source_id=sid)
+
+
+def chunk(chunk_id, sid, symbol="", title="t", role="child", chunk_type="function"):
+    return {"chunk_id": chunk_id, "source_id": sid, "role": role, "chunk_type": chunk_type,
+            "file_path": "pkg/mod.py", "symbol": symbol, "title": title, "start_line": 1, "end_line": 4,
+            "parent_id": None, "text": "MUST NOT BE STORED"}
+
+
+def code_graph(sid, names=("a", "b", "c", "d")):
+    nodes = [GraphNode(node_id=f"{sid}:mod", label="Module", name="mod", qualified_name="pkg.mod",
+                       source_id=sid, file_path="pkg/mod.py", start_line=1, end_line=100)]
+    nodes += [fn(sid, n, line=10 * i + 1) for i, n in enumerate(names)]
+    rels = [rel(sid, "DEFINES", "mod", n) for n in names]
+    rels += [rel(sid, "CALLS", a, b) for a, b in zip(names, names[1:])]
+    chunks = [chunk(f"{sid}-c-{n}", sid, symbol=f"pkg.{n}", title=n) for n in names]
+    return nodes, rels, chunks
+
+
+# ------------------------------------------------------------------------------------------ writes
+
+def test_schema_is_idempotent(neo4j_store):
+    neo4j_store.ensure_schema()
+    neo4j_store.ensure_schema()
+
+
+def test_write_is_idempotent(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid)
+    s1 = neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    c1 = neo4j_store.counts(sid)
+    s2 = neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    c2 = neo4j_store.counts(sid)
+    assert c1 == c2
+    assert c1["nodes"] == {"Module": 1, "Function": 4, "Chunk": 4}
+    assert c1["relationships"] == {"DEFINES": 4, "CALLS": 3, "HAS_CHUNK": 4}
+    assert c1["chunks"] == 4
+    assert s1["relationships"] == s2["relationships"] == {"DEFINES": 4, "CALLS": 3, "HAS_CHUNK": 4}
+    assert s2["deleted_nodes"] == 0 and s2["deleted_relationships"] == 0
+    assert s1["rels_per_s"] > 0 and s1["seconds"] > 0
+    m = neo4j_store.marker(sid)
+    assert (m.source_id, m.generation, m.state) == (sid, "g1", COMMITTED) and m.committed
+    assert neo4j_store.markers()[sid] == m
+    # no chunk text in the graph, but the chunk node carries its metadata
+    [anchor] = neo4j_store.resolve_anchors([f"{sid}:a"])
+    assert anchor["chunk_id"] == f"{sid}-c-a" and anchor["label"] == "Function"
+
+
+def test_stale_node_removed_in_new_generation(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid)
+    neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    nodes2, rels2, chunks2 = code_graph(sid, names=("a", "b", "c"))  # d disappears
+    stats = neo4j_store.write_source(sid, "g2", nodes2, rels2, chunks2)
+    c = neo4j_store.counts(sid)
+    assert c["nodes"] == {"Module": 1, "Function": 3, "Chunk": 3}
+    assert c["relationships"] == {"DEFINES": 3, "CALLS": 2, "HAS_CHUNK": 3}
+    assert stats["deleted_nodes"] == 2  # Function d and its Chunk node (their edges went with DETACH)
+    assert neo4j_store.resolve_anchors([f"{sid}:d"]) == []
+    assert neo4j_store.marker(sid).generation == "g2"
+
+
+def test_renamed_function(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid, names=("a", "old_name"))
+    neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    assert neo4j_store.resolve_anchors([f"{sid}:old_name"])
+    nodes, rels, chunks = code_graph(sid, names=("a", "new_name"))
+    neo4j_store.write_source(sid, "g2", nodes, rels, chunks)
+    assert neo4j_store.resolve_anchors([f"{sid}:old_name"]) == []
+    [new] = neo4j_store.resolve_anchors([f"{sid}:new_name"])
+    assert new["qualified_name"] == "pkg.new_name"
+    [p] = neo4j_store.paths([f"{sid}:a"], [f"{sid}:new_name"], rel_types=["CALLS"])
+    assert [n["node_id"] for n in p["nodes"]] == [f"{sid}:a", f"{sid}:new_name"]
+    assert neo4j_store.counts(sid)["relationships"]["CALLS"] == 1
+
+
+def test_label_change_and_moved_rel_id(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid, names=("a", "b", "c"))
+    neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    nodes[2].label = "Method"  # b: same node id, other kind
+    rels = [r for r in rels if r.rel_type != "CALLS"]
+    rels.append(rel(sid, "CALLS", "a", "c", rid="stable-call-id"))
+    neo4j_store.write_source(sid, "g2", nodes, rels, chunks)
+    rels[-1] = rel(sid, "CALLS", "a", "b", rid="stable-call-id")  # same rel id, other endpoint
+    neo4j_store.write_source(sid, "g2", nodes, rels, chunks)
+    assert neo4j_store.counts(sid)["nodes"] == {"Module": 1, "Method": 1, "Function": 2, "Chunk": 3}
+    [a] = neo4j_store.resolve_anchors([f"{sid}:a"])
+    assert a["label"] == "Function"
+    [p] = neo4j_store.paths([f"{sid}:a"], rel_types="CALLS")
+    assert p["nodes"][1]["node_id"] == f"{sid}:b" and p["nodes"][1]["label"] == "Method"
+    assert neo4j_store.counts(sid)["relationships"]["CALLS"] == 1
+
+
+def test_missing_endpoint_is_skipped_and_counted(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid, names=("a", "b"))
+    rels.append(rel(sid, "CALLS", "a", "nowhere"))
+    stats = neo4j_store.write_source(sid, "g1", nodes, rels, chunks[:1])  # b's chunk missing too
+    assert stats["skipped_relationships"] == {"CALLS": 1, "HAS_CHUNK": 1}
+    assert neo4j_store.counts(sid)["relationships"] == {"DEFINES": 2, "CALLS": 1, "HAS_CHUNK": 1}
+
+
+def test_invalid_input_rejected_before_any_write(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid)
+    bad = GraphNode(node_id=f"{sid}:x", label="Function:Admin", name="x", qualified_name="x", source_id=sid)
+    with pytest.raises(ValueError):
+        neo4j_store.write_source(sid, "g1", nodes + [bad], rels, chunks)
+    with pytest.raises(ValueError):
+        neo4j_store.write_source(sid, "g1", nodes, rels + [rel(sid, "CALLS]->() DETACH DELETE a //", "a", "b")],
+                                 chunks)
+    foreign = fn("other-source", "z")
+    with pytest.raises(ValueError):
+        neo4j_store.write_source(sid, "g1", nodes + [foreign], rels, chunks)
+    assert neo4j_store.marker(sid) is None
+    assert neo4j_store.counts(sid)["total_nodes"] == 0
+
+
+def test_failed_write_leaves_begin_then_converges(neo4j_store, sid, monkeypatch):
+    nodes, rels, chunks = code_graph(sid, names=("a", "b", "c", "d"))
+    neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    expected = neo4j_store.counts(sid)
+
+    nodes2, rels2, chunks2 = code_graph(sid, names=("a", "b", "c", "e"))
+    small = Neo4jStore.__new__(Neo4jStore)
+    small.__dict__.update(neo4j_store.__dict__)
+    small.batch_size = 2  # several batches per group
+    calls = {"n": 0}
+    real = Neo4jStore._run_batch
+
+    def flaky(self, query, rows, **params):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise RuntimeError("injected failure after 3 batches")
+        return real(self, query, rows, **params)
+
+    monkeypatch.setattr(Neo4jStore, "_run_batch", flaky)
+    with pytest.raises(RuntimeError, match="injected"):
+        small.write_source(sid, "g2", nodes2, rels2, chunks2)
+    m = neo4j_store.marker(sid)
+    assert (m.generation, m.state) == ("g2", BEGIN) and not m.committed
+    monkeypatch.setattr(Neo4jStore, "_run_batch", real)
+
+    small.write_source(sid, "g2", nodes2, rels2, chunks2)
+    m = neo4j_store.marker(sid)
+    assert (m.generation, m.state) == ("g2", COMMITTED)
+    assert neo4j_store.counts(sid) == expected  # same shape: d replaced by e
+    assert neo4j_store.resolve_anchors([f"{sid}:d"]) == []
+    assert neo4j_store.resolve_anchors([f"{sid}:e"])
+
+
+# --------------------------------------------------------------------------------------- queries
+
+@pytest.fixture
+def chain(neo4j_store, sid):
+    """a -CALLS-> b -CALLS-> c -CALLS-> d ... -> h (7 hops), b -IMPORTS-> x, a -CALLS(INFERRED)-> y,
+    a -CALLS(VERIFIED, no evidence)-> z, and y -CALLS-> d."""
+    names = ["a", "b", "c", "d", "e", "f", "g", "h", "x", "y", "z"]
+    nodes = [fn(sid, n, line=i * 10 + 1) for i, n in enumerate(names)]
+    chain_names = names[:8]
+    rels = [rel(sid, "CALLS", a, b) for a, b in zip(chain_names, chain_names[1:])]
+    rels += [rel(sid, "IMPORTS", "b", "x"),
+             rel(sid, "CALLS", "a", "y", confidence="INFERRED", evidence=False),
+             rel(sid, "CALLS", "a", "z", evidence=False),
+             rel(sid, "CALLS", "y", "d")]
+    neo4j_store.write_source(sid, "g1", nodes, rels, [])
+    return sid
+
+
+def ids(path):
+    return [n["node_id"].split(":", 1)[1] for n in path["nodes"]]
+
+
+def test_paths_direction_allowlist_hops(neo4j_store, chain):
+    s = chain
+    ps = neo4j_store.paths([f"{s}:a"], [f"{s}:d"])
+    assert [ids(p) for p in ps] == [["a", "b", "c", "d"]]  # the y-route is INFERRED
+    p = ps[0]
+    assert p["hops"] == 3 and len(p["edges"]) == 3
+    e = p["edges"][0]
+    assert e["type"] == "CALLS" and e["from"] == f"{s}:a" and e["to"] == f"{s}:b"
+    assert e["confidence"] == "VERIFIED"
+    assert e["evidence"] == {"file": "pkg/mod.py", "start_line": 2, "end_line": 2, "hash": "e" * 64, "text": "b()"}
+    assert set(p["nodes"][0]) >= {"node_id", "label", "name", "qualified_name", "file_path", "start_line"}
+
+    # verified_only=False also finds the INFERRED route, shortest first
+    ps = neo4j_store.paths([f"{s}:a"], [f"{s}:d"], verified_only=False)
+    assert [ids(p) for p in ps] == [["a", "y", "d"], ["a", "b", "c", "d"]]
+    assert [p["hops"] for p in ps] == [2, 3]
+
+    # direction: nothing reaches a; from d going in reaches a
+    assert neo4j_store.paths([f"{s}:d"], [f"{s}:a"]) == []
+    assert [ids(p) for p in neo4j_store.paths([f"{s}:d"], [f"{s}:a"], direction="in")] == [["d", "c", "b", "a"]]
+    assert [ids(p) for p in neo4j_store.paths([f"{s}:d"], [f"{s}:a"], direction="both")] == [["d", "c", "b", "a"]]
+
+    # allowlist: x is reached only over IMPORTS
+    assert neo4j_store.paths([f"{s}:a"], [f"{s}:x"], rel_types=["CALLS"]) == []
+    [p] = neo4j_store.paths([f"{s}:a"], [f"{s}:x"], rel_types="calls,imports")
+    assert [e["type"] for e in p["edges"]] == ["CALLS", "IMPORTS"]
+
+    # hop bound: h is 7 hops away; max_hops=8 is clamped to hard_max_hops=6
+    assert neo4j_store.paths([f"{s}:a"], [f"{s}:g"], max_hops=5) == []
+    assert [p["hops"] for p in neo4j_store.paths([f"{s}:a"], [f"{s}:g"], max_hops=6)] == [6]
+    assert neo4j_store.paths([f"{s}:a"], [f"{s}:h"], max_hops=8) == []
+    assert neo4j_store.paths([f"{s}:a"], [f"{s}:h"], max_hops=8, hard_max_hops=7)[0]["hops"] == 7
+
+    # no target: expansions from the anchor, shortest first, bounded by limit
+    ps = neo4j_store.paths([f"{s}:a"], rel_types=["CALLS", "IMPORTS"], max_hops=2, limit=10)
+    assert [ids(p) for p in ps] == [["a", "b"], ["a", "b", "c"], ["a", "b", "x"]]
+    assert len(neo4j_store.paths([f"{s}:a"], max_hops=6, limit=2)) == 2
+    # verified_only drops z (VERIFIED but no evidence) and y (INFERRED)
+    reached = {ids(p)[-1] for p in neo4j_store.paths([f"{s}:a"], max_hops=1, verified_only=False)}
+    assert reached == {"b", "y", "z"}
+
+
+def test_paths_reject_bad_arguments(neo4j_store, chain):
+    s = chain
+    for kwargs in ({"max_hops": 0}, {"max_hops": -1}, {"max_hops": "3"}, {"max_hops": 2.5}, {"max_hops": True},
+                   {"rel_types": ["CALLS", "FOO"]}, {"rel_types": ["CALLS*1..99]-(x) DETACH DELETE x //"]},
+                   {"rel_types": []}, {"direction": "sideways"}):
+        with pytest.raises(ValueError):
+            neo4j_store.paths([f"{s}:a"], **kwargs)
+    assert neo4j_store.paths(["no such thing"]) == []
+
+
+def test_links_and_bridge(neo4j_store, sid):
+    code_sid, docs_sid = sid, sid + "-docs"
+    try:
+        nodes, rels, chunks = code_graph(code_sid, names=("echo", "command"))
+        neo4j_store.write_source(code_sid, "g1", nodes, rels, chunks)
+        page = GraphNode(node_id=f"{docs_sid}:page", label="Page", name="api", qualified_name="api",
+                         source_id=docs_sid, file_path="docs/api.rst")
+        section = GraphNode(node_id=f"{docs_sid}:sec", label="Section", name="Echo", qualified_name="api/Echo",
+                            source_id=docs_sid, file_path="docs/api.rst", start_line=5,
+                            chunk_id=f"{docs_sid}-c-sec")
+        doc_chunks = [chunk(f"{docs_sid}-c-sec", docs_sid, symbol="api/Echo", role="parent", chunk_type="section"),
+                      chunk(f"{docs_sid}-c-p1", docs_sid, symbol="api/Echo", chunk_type="passage")]
+        neo4j_store.write_source(docs_sid, "d1", [page, section],
+                                 [GraphRelation(f"{docs_sid}:contains", "CONTAINS", page.node_id, section.node_id,
+                                                evidence_file="docs/api.rst", evidence_hash="x", source_id=docs_sid)],
+                                 doc_chunks)
+
+        def link(rid, t, src, dst, confidence="VERIFIED"):
+            return GraphRelation(rel_id=rid, rel_type=t, src_id=src, dst_id=dst, confidence=confidence,
+                                 evidence_file="docs/api.rst", evidence_start=7, evidence_end=7,
+                                 evidence_hash="f" * 64, evidence_text=":func:`pkg.echo`", source_id=docs_sid)
+
+        links = [link(f"{sid}-l1", "MENTIONS", chunk_node_id(f"{docs_sid}-c-p1"), f"{code_sid}:echo"),
+                 link(f"{sid}-l2", "IMPLEMENTS", section.node_id, f"{code_sid}:command", confidence="INFERRED"),
+                 link(f"{sid}-l3", "MENTIONS", chunk_node_id(f"{docs_sid}-c-p1"), f"{code_sid}:missing")]
+        stats = neo4j_store.write_links("L1", links)
+        assert stats["relationships"] == {"MENTIONS": 1, "IMPLEMENTS": 1}
+        assert stats["skipped_relationships"] == {"MENTIONS": 1}
+        m = neo4j_store.marker(LINKS_SOURCE)
+        assert (m.generation, m.state) == ("L1", COMMITTED)
+
+        got = neo4j_store.bridge([f"{docs_sid}-c-p1", f"{docs_sid}-c-sec", "unknown-chunk"])
+        assert [(g["from_chunk_id"], g["symbol"], g["relation"], g["confidence"]) for g in got] == [
+            (f"{docs_sid}-c-p1", "pkg.echo", "MENTIONS", "VERIFIED"),
+            (f"{docs_sid}-c-sec", "pkg.command", "IMPLEMENTS", "INFERRED"),  # via the Section owning the chunk
+        ]
+        g = got[0]
+        assert g["file_path"] == "pkg/mod.py" and g["start_line"] == 1
+        assert g["evidence"] == {"file": "docs/api.rst", "start_line": 7, "end_line": 7, "hash": "f" * 64,
+                                 "text": ":func:`pkg.echo`"}
+        assert [x["symbol"] for x in neo4j_store.bridge([f"{docs_sid}-c-sec"], verified_only=True)] == []
+        assert [x["relation"] for x in neo4j_store.bridge([f"{docs_sid}-c-p1"], rel_types=["IMPLEMENTS"])] == []
+
+        # doc -> code paths go through chunk nodes too
+        ps = neo4j_store.paths([section.node_id], [f"{code_sid}:command"], rel_types=["IMPLEMENTS"],
+                               verified_only=False)
+        assert [len(p["edges"]) for p in ps] == [1]
+
+        # a new links generation drops the stale link; code counts are untouched
+        stats = neo4j_store.write_links("L2", links[:1])
+        assert stats["deleted_relationships"] == 1
+        assert neo4j_store.counts(LINKS_SOURCE)["relationships"] == {"MENTIONS": 1}
+        assert [g["relation"] for g in neo4j_store.bridge([f"{docs_sid}-c-sec"])] == []
+        assert neo4j_store.counts(code_sid)["relationships"]["CALLS"] == 1
+        # rewriting the code source leaves the links (owned by __links__) alone
+        neo4j_store.write_source(code_sid, "g2", nodes, rels, chunks)
+        assert neo4j_store.counts(LINKS_SOURCE)["relationships"] == {"MENTIONS": 1}
+    finally:
+        neo4j_store.delete_source(docs_sid)
+        neo4j_store.delete_source(LINKS_SOURCE)
+
+
+INJECTIONS = [
+    "x' OR 1=1 //",
+    'x" OR 1=1 //',
+    "`Entity`",
+    "a}) MATCH (n) DETACH DELETE n //",
+    "}) RETURN 1 UNION MATCH (n) DETACH DELETE n //",
+    "MATCH (n) DETACH DELETE n",
+    "// comment",
+    "/* */ \\' \\\" \\u0027",
+    "$names",
+    "x`]->() DETACH DELETE n //",
+    "名前 'quoted' `tick` \n newline",
+]
+
+
+def test_injection_strings_are_plain_data(neo4j_store, sid):
+    weird_sid = sid + "'}) MATCH (n) DETACH DELETE n //"
+    nodes = [GraphNode(node_id=f"{weird_sid}#{i}", label="Function", name=s, qualified_name="q." + s,
+                       source_id=weird_sid, file_path=s, chunk_id=s) for i, s in enumerate(INJECTIONS)]
+    rels = [GraphRelation(rel_id=s, rel_type="CALLS", src_id=nodes[i].node_id, dst_id=nodes[i + 1].node_id,
+                          candidates=[s], evidence_file=s, evidence_hash=s, evidence_text=s, source_id=weird_sid)
+            for i, s in enumerate(INJECTIONS[:-1])]
+    chunks = [chunk(s, weird_sid, symbol=s, title=s) for s in INJECTIONS]
+    try:
+        before = neo4j_store.database_counts()
+        gen = "gen'}) DETACH DELETE n //"
+        stats = neo4j_store.write_source(weird_sid, gen, nodes, rels, chunks)
+        assert stats["nodes"] == {"Function": len(INJECTIONS)}
+        assert neo4j_store.marker(weird_sid).generation == gen
+        after = neo4j_store.database_counts()
+        n = len(INJECTIONS)
+        assert after["nodes"] == before["nodes"] + 2 * n + 1  # entities, chunk nodes, marker
+        assert after["relationships"] == before["relationships"] + (n - 1) + n  # CALLS + HAS_CHUNK
+
+        for s in INJECTIONS:
+            got = neo4j_store.resolve_anchors([s])
+            assert [g["name"] for g in got] == [s]
+            assert neo4j_store.paths([s], [s]) == []
+            assert neo4j_store.paths([s], max_hops=2, limit=3) is not None
+            assert neo4j_store.bridge([s]) == []
+            assert neo4j_store.marker(s) is None
+            assert neo4j_store.counts(s)["total_nodes"] == 0
+            assert neo4j_store.delete_source(s) == {"deleted_nodes": 0, "deleted_relationships": 0}
+        [p] = neo4j_store.paths([INJECTIONS[0]], [INJECTIONS[1]])
+        assert p["edges"][0]["evidence"]["text"] == INJECTIONS[0]
+        assert neo4j_store.database_counts() == after
+    finally:
+        neo4j_store.delete_source(weird_sid)
+    assert neo4j_store.database_counts() == before

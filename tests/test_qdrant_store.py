@@ -1,0 +1,247 @@
+"""QdrantStore against a real embedded Qdrant folder in tmp_path."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtrag_resources.models import stable_id
+from mtrag_resources.stores.qdrant_store import (
+    CollectionDimMismatch,
+    QdrantStore,
+    QdrantStoreLocked,
+    collection_name,
+    copy_local_snapshot,
+    point_id,
+)
+
+DIM = 16
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def vec(seed: int, dim: int = DIM) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def make_points(source_id: str, n: int, start: int = 0, salt: str = "") -> list[dict]:
+    pts = []
+    for i in range(start, start + n):
+        chunk_id = stable_id(source_id, f"pkg/mod{i}.py", f"pkg.mod{i}.f", 0)
+        pts.append({"chunk_id": chunk_id, "vector": vec(hash((source_id, i)) % 2**32),
+                    "payload": {"file_path": f"pkg/mod{i}.py", "symbol": f"pkg.mod{i}.f",
+                                "content_hash": f"h{i}{salt}", "parent_id": None,
+                                "graph_ids": [f"g{i}"], "start_line": np.int64(i + 1)}})
+    return pts
+
+
+@pytest.fixture()
+def store(tmp_path: Path):
+    with QdrantStore(path=tmp_path / "qdrant") as s:
+        yield s
+
+
+def test_point_id_and_collection_names() -> None:
+    cid = "0123456789abcdef0123456789abcdef"
+    assert point_id(cid) == "01234567-89ab-cdef-0123-456789abcdef"
+    assert point_id("not-hex") == point_id("not-hex") != point_id("other")
+    assert collection_name("code") == "mtrag_code"
+    with pytest.raises(ValueError):
+        collection_name("Code; drop")
+
+
+def test_idempotent_rewrite(store: QdrantStore) -> None:
+    pts = make_points("src-a", 30)
+    first = store.write_source("src-a", "code", "gen1", pts)
+    assert (first["upserted"], first["deleted"], first["points"]) == (30, 0, 30)
+    assert store.marker("src-a").generation == "gen1" and store.marker("src-a").committed
+    again = store.write_source("src-a", "code", "gen1", pts)
+    assert (again["upserted"], again["skipped"], again["deleted"], again["points"]) == (0, 30, 0, 30)
+    forced = store.write_source("src-a", "code", "gen2", pts, skip_unchanged=False)
+    assert (forced["upserted"], forced["points"]) == (30, 30)
+    assert store.count("code", "src-a") == 30
+    assert store.marker("src-a").generation == "gen2"
+    info = store.collection_info("code")
+    assert info["dim"] == DIM and info["points"] == 30 and info["distance"].lower() == "cosine"
+    assert store.collection_info("docs") is None
+
+
+def test_changed_and_deleted_chunks(store: QdrantStore) -> None:
+    store.write_source("src-a", "code", "gen1", make_points("src-a", 10))
+    store.write_source("src-b", "code", "gen1", make_points("src-b", 5))
+    new = make_points("src-a", 8)            # chunks 8, 9 removed
+    new[0]["payload"]["content_hash"] = "changed"
+    stats = store.write_source("src-a", "code", "gen2", new)
+    assert (stats["upserted"], stats["skipped"], stats["deleted"], stats["points"]) == (1, 7, 2, 8)
+    assert store.count("code", "src-b") == 5  # other sources untouched
+    gone = make_points("src-a", 10)[9]["chunk_id"]
+    assert store.vectors_for("code", [gone]) == {}
+    hits = store.search("code", new[0]["vector"], k=1, source_ids=["src-a"])
+    assert hits[0]["payload"]["content_hash"] == "changed"
+
+
+def test_interrupted_write_leaves_begin_then_converges(store: QdrantStore, monkeypatch) -> None:
+    store.write_source("src-a", "code", "gen1", make_points("src-a", 10))
+    real_upsert = store._upsert
+    calls = {"n": 0}
+
+    def failing_upsert(name, points):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected failure after the first batch")
+        real_upsert(name, points)
+
+    monkeypatch.setattr(store, "_upsert", failing_upsert)
+    new = make_points("src-a", 12, start=5, salt="-v2")  # 5 kept ids, all changed, 7 new
+    with pytest.raises(RuntimeError, match="injected"):
+        store.write_source("src-a", "code", "gen2", new, batch_size=4)
+    marker = store.marker("src-a")
+    assert (marker.generation, marker.state) == ("gen2", "begin")
+    assert not marker.committed
+    monkeypatch.setattr(store, "_upsert", real_upsert)
+    stats = store.write_source("src-a", "code", "gen2", new, batch_size=4)
+    assert store.marker("src-a").committed
+    assert stats["skipped"] == 4 and stats["upserted"] == 8 and stats["deleted"] == 5
+    assert store.count("code", "src-a") == 12
+    got = store.vectors_for("code", [p["chunk_id"] for p in new])
+    assert len(got) == 12
+
+
+def test_search_with_source_filter_and_payload_filters(store: QdrantStore) -> None:
+    a = make_points("src-a", 10)
+    b = make_points("src-b", 10)
+    store.write_source("src-a", "code", "g", a)
+    store.write_source("src-b", "code", "g", b)
+    q = b[3]["vector"]
+    assert store.search("code", q, k=1)[0]["chunk_id"] == b[3]["chunk_id"]
+    only_a = store.search("code", q, k=5, source_ids=["src-a"])
+    assert len(only_a) == 5 and all(h["payload"]["source_id"] == "src-a" for h in only_a)
+    by_file = store.search("code", q, k=5, filters={"file_path": "pkg/mod3.py"})
+    assert {h["payload"]["source_id"] for h in by_file} == {"src-a", "src-b"}
+    by_files = store.search("code", q, k=5, source_ids=["src-a"],
+                            filters={"file_path": ["pkg/mod3.py", "pkg/mod4.py"]})
+    assert len(by_files) == 2
+    assert store.search("code", q, source_ids=[]) == []
+    assert store.search("docs", q) == []
+    hit = store.search("code", q, k=1)[0]
+    assert hit["payload"]["start_line"] == 4 and hit["payload"]["graph_ids"] == ["g3"]
+    assert hit["payload"]["source_kind"] == "code"
+
+
+def test_vectors_for_returns_the_stored_vector(store: QdrantStore) -> None:
+    pts = make_points("src-a", 5)
+    raw = pts[2]["vector"] * 3.0  # not unit length: cosine stores the direction
+    pts[2]["vector"] = raw
+    store.write_source("src-a", "code", "g", pts)
+    got = store.vectors_for("code", [pts[2]["chunk_id"], "0" * 32])
+    assert list(got) == [pts[2]["chunk_id"]]
+    v = got[pts[2]["chunk_id"]]
+    cos = float(v @ raw / (np.linalg.norm(v) * np.linalg.norm(raw)))
+    assert cos == pytest.approx(1.0, abs=1e-6)
+    assert store.search("code", raw, k=1)[0]["score"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_dim_mismatch_is_a_clear_error(store: QdrantStore) -> None:
+    store.write_source("src-a", "code", "g", make_points("src-a", 3))
+    bad = [{"chunk_id": "f" * 32, "vector": vec(1, 8), "payload": {}}]
+    with pytest.raises(CollectionDimMismatch, match=r"mtrag_code.*16-d.*8-d"):
+        store.write_source("src-x", "code", "g", bad)
+    with pytest.raises(CollectionDimMismatch):
+        store.search("code", vec(1, 8))
+    store.write_source("src-x", "docs", "g", bad)  # another kind, another collection
+    assert store.collection_info("docs")["dim"] == 8
+
+
+def test_markers_and_delete_source(store: QdrantStore) -> None:
+    store.write_source("src-a", "code", "g1", make_points("src-a", 4))
+    store.write_source("src-d", "docs", "g7", make_points("src-d", 3))
+    markers = store.markers()
+    assert set(markers) == {"src-a", "src-d"} and markers["src-d"].generation == "g7"
+    assert store.marker_record("src-a")["updated_at"]
+    assert store.marker("nope") is None
+    assert store.delete_source("src-a") == 4
+    assert store.count("code", "src-a") == 0 and store.marker("src-a") is None
+    assert store.count("docs", "src-d") == 3
+
+
+def test_source_changing_kind_leaves_nothing_behind(store: QdrantStore) -> None:
+    store.write_source("src-a", "code", "g1", make_points("src-a", 4))
+    stats = store.write_source("src-a", "docs", "g2", make_points("src-a", 2))
+    assert stats["deleted"] == 4
+    assert store.count("code", "src-a") == 0 and store.count("docs", "src-a") == 2
+
+
+def test_reopen_sees_persisted_points(tmp_path: Path) -> None:
+    with QdrantStore(path=tmp_path / "q") as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 6))
+    with QdrantStore(path=tmp_path / "q") as s:
+        assert s.count("code", "src-a") == 6 and s.marker("src-a").committed
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from mtrag_resources.stores.qdrant_store import QdrantStore
+    with QdrantStore(path={path!r}) as s:
+        print("ready", flush=True)
+        time.sleep(2.0)
+""")
+
+
+def _start_holder(path: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.format(root=str(REPO_ROOT), path=str(path))],
+        stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_second_process_waits_for_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "qdrant"
+    holder = _start_holder(path)
+    try:
+        t0 = time.monotonic()
+        with QdrantStore(path=path, lock_timeout=30) as s:
+            waited = time.monotonic() - t0
+            s.write_source("src-a", "code", "g", make_points("src-a", 2))
+        assert waited > 0.5
+    finally:
+        holder.wait(30)
+    assert holder.returncode == 0
+
+
+def test_lock_timeout_names_the_folder(tmp_path: Path) -> None:
+    path = tmp_path / "qdrant"
+    holder = _start_holder(path)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(QdrantStoreLocked, match=str(path)):
+            QdrantStore(path=path, lock_timeout=0.5)
+        assert 0.4 < time.monotonic() - t0 < 1.8
+    finally:
+        holder.wait(30)
+
+
+def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    published = tmp_path / "pub" / "qdrant"
+    with QdrantStore(path=live) as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 5))
+        s.publish_snapshot(published)
+        s.write_source("src-a", "code", "g2", make_points("src-a", 7))  # keeps writing
+        with QdrantStore(path=published, lock_timeout=1) as reader:
+            assert reader.count("code", "src-a") == 5 and reader.marker("src-a").generation == "g1"
+    copy_local_snapshot(live, published)  # takes the live lock itself
+    copy_local_snapshot(live, published)
+    with QdrantStore(path=published, lock_timeout=1) as reader:
+        assert reader.count("code", "src-a") == 7 and reader.marker("src-a").generation == "g2"
+    assert published.is_symlink()
+    versions = sorted(p.name for p in published.parent.iterdir() if ".v-" in p.name and p.is_dir())
+    assert len(versions) == 2  # keep=2
+    assert published.resolve().name == versions[-1]
+    assert not any(p.name.endswith(".tmp") for p in published.parent.iterdir())
