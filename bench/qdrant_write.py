@@ -66,6 +66,10 @@ def main() -> int:
             t0 = time.perf_counter()
             rewrite = store.write_source(sid0, "code", "g2", sources[sid0], batch_size=args.batch_size)
             rewrite_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            forced = store.write_source(sid0, "code", "g3", sources[sid0], batch_size=args.batch_size,
+                                        skip_unchanged=False)
+            forced_s = time.perf_counter() - t0
 
             queries = rng.standard_normal((args.queries, args.dim)).astype(np.float32)
             store.search("code", queries[0], k=20)
@@ -95,6 +99,7 @@ def main() -> int:
         "unchanged_rewrite": {"points": len(sources[sid0]), "seconds": rewrite_s,
                               "skipped": rewrite["skipped"], "upserted": rewrite["upserted"],
                               "points_per_s": len(sources[sid0]) / rewrite_s},
+        "unchanged_rewrite_without_skip": {"seconds": forced_s, "upserted": forced["upserted"]},
         "query_ms": {"plain_p50": percentile(plain, 50), "plain_p95": percentile(plain, 95),
                      "filtered_p50": percentile(filtered, 50),
                      "filtered_p95": percentile(filtered, 95),
@@ -107,7 +112,8 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"upsert: {args.points} points in {write_s:.1f} s = {args.points / write_s:.0f} points/s")
     print(f"unchanged rewrite of {len(sources[sid0])} points: {rewrite_s:.2f} s "
-          f"({rewrite['skipped']} skipped, {rewrite['upserted']} upserted)")
+          f"({rewrite['skipped']} skipped, {rewrite['upserted']} upserted); "
+          f"without the skip check: {forced_s:.2f} s")
     print(f"query k=20: plain p50 {result['query_ms']['plain_p50']:.1f} ms, "
           f"p95 {result['query_ms']['plain_p95']:.1f} ms; filtered p50 "
           f"{result['query_ms']['filtered_p50']:.1f} ms, p95 {result['query_ms']['filtered_p95']:.1f} ms")

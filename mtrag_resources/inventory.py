@@ -108,7 +108,9 @@ def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
     cache = {f.path: f for f in previous.files} if previous else {}
     files: list[FileEntry] = []
     for rel, full, walk_reason in _walk(root):
-        if not matches_any(rel, include) or matches_any(rel, exclude):
+        # A symlinked directory is reported whatever the include globs say: it may hide files
+        # the maintainer expected to be indexed.
+        if (not walk_reason and not matches_any(rel, include)) or matches_any(rel, exclude):
             continue
         files.append(_entry(root, rel, full, walk_reason, max_file_bytes, cache.get(rel)))
     return Inventory(source_id=source_id, root=str(root), commit=git_commit(root), files=files)

@@ -484,3 +484,11 @@ def test_form_feeds_crlf_and_bom_keep_line_numbers_exact():
     go = chunk_code("s", "pkg/ff.go", "package p\n\x0c\n// F does it.\nfunc F() {}\n", "go")
     f = next(c for c in go.chunks if c.chunk_type == "function")
     assert (f.start_line, f.end_line, f.summary) == (3, 4, "F does it.")
+
+
+def test_minified_javascript_gets_exact_spans_not_whole_lines():
+    text = "".join(f"function f{i}(a){{return a+{i}}}" for i in range(300)) + "\n"
+    parsed = chunk_code("s", "web/app.min.js", text, "javascript")
+    fns = [c for c in parsed.chunks if c.chunk_type == "function"]
+    assert len(fns) == 300 and fns[7].text == "function f7(a){return a+7}"
+    assert all(c.start_line == 1 for c in fns) and max(len(c.text) for c in fns) < 40

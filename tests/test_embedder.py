@@ -89,3 +89,18 @@ def test_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (cfg.model, cfg.device, cfg.batch_size) == ("/models/x", "cuda", 16)
     monkeypatch.delenv("MTRAG_EMBED_MODEL")
     assert EmbedderConfig.from_env().model == "default"
+
+
+def test_fingerprint_without_loading_imports_no_torch() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from mtrag_resources.embedder import Embedder; e = Embedder(); "
+            "fid = e.fingerprint_id; assert not e.loaded; "
+            "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules; "
+            "print(fid)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == Embedder(EmbedderConfig()).fingerprint_id

@@ -266,6 +266,23 @@ def test_replace_removes_deleted_chunks(store):
     store.integrity_check()
 
 
+def test_partial_change_keeps_unchanged_rows_and_moves_changed_ones(store):
+    rows = corpus()
+    rows[2] = dict(rows[2], text="class ShopCart:\n    def checkout(self): pay()")   # c_cart changed
+    rows[5] = dict(rows[5], role="parent", parent_id=None)                            # d_mem: now a parent
+    rows.append(row("c_new", "def refund_order(): ...", symbol="shop.cart.refund_order"))
+    stats = store.write_source("shop", "g2", "sha-2", rows, None)
+    assert (stats["kept_rows"], stats["inserted_rows"], stats["deleted_rows"]) == (7, 3, 2)
+    assert ids(store.search("checkout")) == ["c_cart"] and store.search("total") == []
+    assert ids(store.search("refund_ord")) == ["c_new"]
+    assert store.search("内存") == []                      # parents are not indexed
+    assert store.get_chunks(["d_mem"])["d_mem"]["role"] == "parent"
+    assert ids(store.search("税率")) == ["c_tax"]          # kept rows still found
+    c = store.counts("shop")
+    assert (c["child_rows"], c["parent_rows"], c["fts_cjk_rows"]) == (6, 4, 6)
+    store.integrity_check()
+
+
 def test_delete_source(store):
     store.delete_source("shop")
     assert store.counts("shop")["child_rows"] == 0 and store.counts("shop")["alias_rows"] == 0
@@ -294,7 +311,8 @@ def test_failure_inside_transaction_leaves_begin_and_old_rows(store, monkeypatch
         return real(text)
 
     monkeypatch.setattr(fts_query, "segment_for_index", flaky)
-    new_rows = [r for r in corpus() if r["chunk_id"] != "c_pass"]
+    # every row changes, so every child is re-segmented (unchanged rows would be kept as is)
+    new_rows = [dict(r, text=r["text"] + " v2") for r in corpus() if r["chunk_id"] != "c_pass"]
     with pytest.raises(sqlite3.Error):   # a Python UDF error surfaces as an sqlite3 error
         store.write_source("shop", "g2", "sha-2", new_rows, None)
     assert calls["n"] > 5
@@ -366,7 +384,7 @@ READER = textwrap.dedent("""
 def _gen_rows(token: str, n: int) -> list[dict]:
     rows = [row(f"p{i}", f"parent {i}", role="parent", chunk_type="file",
                 file_path=f"src/m{i}.py", symbol=f"m{i}") for i in range(n // 10)]
-    rows += [row(f"{token}_{i}", f"def f{i}(): return '{token} 数据{i}' " + "lorem ipsum " * 30,
+    rows += [row(f"{token}_{i}", f"def f{i}(): return '{token} 数据{i}' " + "lorem ipsum " * 15,
                  parent_id=f"p{i % (n // 10)}", symbol=f"m{i % (n // 10)}.{token}_fn{i}",
                  file_path=f"src/m{i % (n // 10)}.py") for i in range(n)]
     return rows
@@ -375,7 +393,7 @@ def _gen_rows(token: str, n: int) -> list[dict]:
 def test_reader_in_other_process_never_sees_half_a_source(tmp_path):
     path = tmp_path / "shared.sqlite"
     writer = FtsStore(path)
-    gens = {"gA": ("alphatoken", 3000), "gB": ("betatoken", 2000)}
+    gens = {"gA": ("alphatoken", 1500), "gB": ("betatoken", 1000)}
     expected = {}
     for gen, (tok, n) in gens.items():      # learn the complete counts of each generation
         writer.write_source("src", gen, gen, _gen_rows(tok, n), None)
@@ -393,7 +411,7 @@ def test_reader_in_other_process_never_sees_half_a_source(tmp_path):
         assert ready.exists(), proc.stderr.read() if proc.poll() is not None else "reader not ready"
         writes = 0
         t0 = time.time()
-        while writes < 6 or time.time() - t0 < 2.0:
+        while writes < 8 or time.time() - t0 < 1.5:
             for gen, (tok, n) in gens.items():
                 writer.write_source("src", gen, f"{gen}-{writes}", _gen_rows(tok, n), None)
                 writes += 1
@@ -471,3 +489,27 @@ def test_normalize_alias_examples():
     assert normalize_alias("Foo#bar") == "foo.bar"
     assert normalize_alias("src\\Pkg\\Mod.py") == "src/pkg/mod.py"
     assert normalize_alias("click.echo.") == "click.echo"
+
+
+SELF_TEXT = st.text(alphabet=st.sampled_from(list(
+    "abcXYZ019_ -.:()\"'*^{}\\/\n\tßéÄΣσςİ税率内存鉴权中间件数据的。，ーカナ한국")), min_size=1, max_size=40)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(x=SELF_TEXT)
+def test_any_text_finds_itself_in_the_strict_stage(tmp_path_factory, x):
+    """Index/query agreement: a query equal to a chunk's text always matches it with every token."""
+    s = FtsStore(tmp_path_factory.mktemp("self") / "s.sqlite")
+    s.write_source("s", "g", "h", [row("me", x), row("other", "zzzz unrelated")], [])
+    hits = s.search(x)
+    s.close()
+    if build_query(x).empty:
+        assert hits == []
+    else:
+        assert hits and hits[0]["chunk_id"] == "me" and hits[0]["match"] == "all", hits
+
+
+@settings(max_examples=500, deadline=None)
+@given(x=st.text(alphabet=st.sampled_from(list("aZ9_./:-~#()`'\" \\!?,;")), max_size=20))
+def test_normalize_alias_fast_path_agrees_with_full_rules(x):
+    assert normalize_alias(x) == fts_query._normalize_slow(x)

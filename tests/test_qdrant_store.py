@@ -53,6 +53,8 @@ def test_point_id_and_collection_names() -> None:
     assert collection_name("code") == "mtrag_code"
     with pytest.raises(ValueError):
         collection_name("Code; drop")
+    with pytest.raises(ValueError):
+        collection_name("markers")
 
 
 def test_idempotent_rewrite(store: QdrantStore) -> None:
@@ -245,3 +247,11 @@ def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path) -> None:
     assert len(versions) == 2  # keep=2
     assert published.resolve().name == versions[-1]
     assert not any(p.name.endswith(".tmp") for p in published.parent.iterdir())
+
+
+def test_opening_the_same_folder_twice_in_one_process_fails_fast(store: QdrantStore) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(QdrantStoreLocked, match="already open in this process"):
+        QdrantStore(path=store.path, lock_timeout=30)
+    assert time.monotonic() - t0 < 1
+    store.write_source("src-a", "code", "g", make_points("src-a", 1))  # still usable

@@ -188,89 +188,82 @@ class _FileAssembler:
         file_chunk = self.file_parent(ex.module_summary)
         parsed.chunks.append(file_chunk)
         parsed.nodes, parsed.relations = self.file_and_module(file_chunk)
-
         module_chunk = self.module_chunk(ex)
         if module_chunk:
             parsed.chunks.append(module_chunk)
+        placed = self.place_definitions(ex.definitions, file_chunk, parsed)
+        self.add_facts(ex, placed, module_chunk or file_chunk, parsed)
+        return parsed
 
-        defs = ex.definitions
+    def place_definitions(self, defs: list[Definition], file_chunk: Chunk,
+                          parsed: ParsedFile) -> list[tuple[str, Chunk, Chunk]]:
+        """Chunks, nodes and DEFINES for each definition; returns (node id, child chunk,
+        evidence chunk) per definition. Owners always precede their members in `defs`."""
         seen: dict[tuple[str, str], int] = {}
-        children: list[Chunk] = []      # per definition, the child chunk
+        placed: list[tuple[str, Chunk, Chunk]] = []
         class_parents: dict[int, Chunk] = {}
-        node_ids: list[str] = []
         for index, d in enumerate(defs):
             symbol = f"{self.module_qn}.{d.qualname}" if self.module_qn else d.qualname
             occurrence = seen[(d.kind, symbol)] = seen.get((d.kind, symbol), 0) + 1
-            owner_parent = class_parents.get(d.owner) if d.owner is not None else None
-            parent_id = owner_parent.chunk_id if owner_parent else file_chunk.chunk_id
-            label = d.kind.capitalize()
-            node_id = f"{self.source_id}:{d.kind}:{symbol}" + (f"#{occurrence}" if occurrence > 1 else "")
-            node_ids.append(node_id)
+            node_id = f"{self.source_id}:{d.kind}:{symbol}"
+            node_id += f"#{occurrence}" if occurrence > 1 else ""
+            parent = class_parents.get(d.owner, file_chunk) if d.owner is not None else file_chunk
+            child_text = d.text
             if d.kind == "class":
                 class_parents[index] = self.chunk(
-                    "class", "parent", symbol, occurrence, parent_id, d.start_line, d.end_line,
-                    d.title, d.summary, cap_parent_text(d.text), [node_id])
+                    "class", "parent", symbol, occurrence, parent.chunk_id, d.start_line,
+                    d.end_line, d.title, d.summary, cap_parent_text(d.text), [node_id])
                 parsed.chunks.append(class_parents[index])
                 child_text = d.outline or d.text
-            else:
-                child_text = d.text
-            child = self.chunk(d.kind, "child", symbol, occurrence, parent_id, d.start_line,
+            child = self.chunk(d.kind, "child", symbol, occurrence, parent.chunk_id, d.start_line,
                                d.end_line, d.title, d.summary, child_text, [node_id])
-            children.append(child)
             parsed.chunks.append(child)
-            parsed.nodes.append(self.node(node_id, label, d.name, symbol, child, d.start_line,
-                                          d.end_line))
-            definer = node_ids[d.owner] if d.owner is not None else self.module_id
+            parsed.nodes.append(self.node(node_id, d.kind.capitalize(), d.name, symbol, child,
+                                          d.start_line, d.end_line))
+            definer = placed[d.owner][0] if d.owner is not None else self.module_id
             parsed.relations.append(self.relation("DEFINES", definer, node_id, child, d.title))
+            # a class's own facts (bases, class-body calls) are evidenced by its full source
+            placed.append((node_id, child, class_parents.get(index, child)))
+        return placed
 
-        # Facts for the source-level resolver; evidence is the innermost chunk holding the line.
-        def evidence(line: int) -> Chunk:
-            best = None
-            for index, d in enumerate(defs):
-                if d.start_line <= line <= d.end_line and (
-                        best is None or d.start_line >= defs[best].start_line):
-                    best = index
-            if best is None:
-                return module_chunk or file_chunk
-            return class_parents[best] if defs[best].kind == "class" else children[best]
+    def add_facts(self, ex: Extraction, placed: list[tuple[str, Chunk, Chunk]],
+                  module_chunk: Chunk, parsed: ParsedFile) -> None:
+        """The unresolved imports, calls and bases, each with its evidence chunk's hash."""
+        defs = ex.definitions
+        common = {"file_path": self.file_path, "module_qn": self.module_qn,
+                  "language": self.language}
 
         def enclosing_class(index: int | None) -> tuple[str, str]:
             while index is not None and defs[index].kind != "class":
                 index = defs[index].owner
-            if index is None:
-                return "", ""
-            return node_ids[index], children[index].symbol
+            return (placed[index][0], placed[index][1].symbol) if index is not None else ("", "")
 
         for fact in ex.imports:
-            ev = evidence(fact["line"])
-            parsed.imports.append({
-                **fact, "module_qn": self.module_qn, "module_id": self.module_id,
-                "file_path": self.file_path, "language": self.language,
-                "evidence_hash": ev.content_hash, "chunk_id": ev.chunk_id,
-            })
-        call_sites = [(None, c) for c in ex.module_calls]
-        call_sites += [(i, c) for i, d in enumerate(defs) for c in d.calls]
-        for index, (expr, line, call_text) in call_sites:
-            ev = evidence(line)
+            holders = [i for i, d in enumerate(defs) if d.start_line <= fact["line"] <= d.end_line]
+            evidence = placed[max(holders, key=lambda i: defs[i].start_line)][2] if holders \
+                else module_chunk
+            parsed.imports.append({**fact, **common, "module_id": self.module_id,
+                                   "evidence_hash": evidence.content_hash,
+                                   "chunk_id": evidence.chunk_id})
+        sites = [(None, call) for call in ex.module_calls]
+        sites += [(i, call) for i, d in enumerate(defs) for call in d.calls]
+        for index, (expr, line, call_text) in sites:
+            caller_id, caller_qn, evidence = (self.module_id, self.module_qn, module_chunk) \
+                if index is None else (placed[index][0], placed[index][1].symbol, placed[index][2])
             class_id, class_qn = enclosing_class(index)
             parsed.calls.append({
-                "caller_id": node_ids[index] if index is not None else self.module_id,
-                "caller_qn": children[index].symbol if index is not None else self.module_qn,
-                "callee_expr": expr, "file_path": self.file_path, "line": line,
-                "text": call_text[:200], "module_qn": self.module_qn, "language": self.language,
-                "class_id": class_id, "class_qn": class_qn,
+                **common, "caller_id": caller_id, "caller_qn": caller_qn, "callee_expr": expr,
+                "line": line, "text": call_text[:200], "class_id": class_id, "class_qn": class_qn,
                 "class_name": defs[index].class_name if index is not None else "",
-                "evidence_hash": ev.content_hash,
+                "evidence_hash": evidence.content_hash,
             })
         for index, d in enumerate(defs):
             for base_expr, line in d.bases:
                 parsed.bases.append({
-                    "class_id": node_ids[index], "class_qn": children[index].symbol,
-                    "base_expr": base_expr, "text": base_expr, "file_path": self.file_path, "line": line,
-                    "module_qn": self.module_qn, "language": self.language,
-                    "evidence_hash": class_parents[index].content_hash,
+                    **common, "class_id": placed[index][0], "class_qn": placed[index][1].symbol,
+                    "base_expr": base_expr, "text": base_expr, "line": line,
+                    "evidence_hash": placed[index][2].content_hash,
                 })
-        return parsed
 
     def module_chunk(self, ex: Extraction) -> Chunk | None:
         """Module-level code: every line outside the top-level definitions (docstring, imports,

@@ -5,11 +5,12 @@ languages: their node types barely overlap, so a node type decides what a node i
 iterative so deeply nested code cannot exhaust the Python stack."""
 from __future__ import annotations
 
+import bisect
 import functools
 import posixpath
 import re
 
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Language, Node, Parser, Query, QueryCursor
 
 from mtrag_resources.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
 from mtrag_resources.chunking.windows import split_lines
@@ -60,8 +61,17 @@ _MEMBER_FIELDS = {
 _CALLS = {"call_expression": "function", "new_expression": "constructor",
           "object_creation_expression": "type", "method_invocation": None,
           "composite_literal": "type", "struct_expression": "name"}
+_IMPORT_SCOPES = {"program", "source_file", "export_statement", "lexical_declaration",
+                  "variable_declaration", "mod_item", "declaration_list"}
 _NAME_CHAIN = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*$")
 _TITLE_MAX = 200
+
+
+@functools.cache
+def _call_query(name: str) -> Query:
+    language = _language(name)
+    kinds = [kind for kind in _CALLS if language.id_for_node_kind(kind, True)]
+    return Query(language, "[" + " ".join(f"({kind})" for kind in kinds) + "] @call")
 
 
 def extract_treesitter(file_path: str, text: str, language: str, module_qn: str) -> Extraction:
@@ -114,14 +124,13 @@ class _TreeSitterFile:
         if errors:
             ex.warnings.append(f"{self.file_path}: tree-sitter syntax errors at {len(errors)} "
                                f"place(s), first line {errors[0]}; kept the definitions that parsed")
-        extracted = {n.id for n in self.nodes} | {n.id for n in self.spans}
+        calls = self.assign_calls(root)
         for index, d in enumerate(self.defs):
-            skip = extracted - {self.nodes[index].id, self.spans[index].id}
-            d.calls = self.calls(self.spans[index], skip, self.receiver_name(self.nodes[index]))
+            d.calls = self.call_facts(calls.get(index, []), self.receiver_name(self.nodes[index]))
             if d.kind == "class":
                 d.outline = self.outline(index)
         ex.definitions = self.defs
-        ex.module_calls = self.calls(root, extracted, "")
+        ex.module_calls = self.call_facts(calls.get(None, []), "")
         ex.imports = self.imports(root)
         return ex
 
@@ -209,12 +218,28 @@ class _TreeSitterFile:
         start, end = start_node.start_point[0] + 1, _end_line(span)
         self.defs.append(Definition(
             kind=kind, name=name, qualname=qualname, start_line=start, end_line=end,
-            text="".join(self.lines[start - 1:end]), title=self.title(node),
+            text=self.source(self.line_begin(start_node.start_byte), span.end_byte),
+            title=self.title(node),
             summary=first_sentence(doc), owner=owner,
         ))
         self.nodes.append(node)
         self.spans.append(span)
         return len(self.defs) - 1
+
+    def line_begin(self, start: int) -> int:
+        """Back to the start of the line when only indentation precedes `start`."""
+        line_start = self.src.rfind(b"\n", 0, start) + 1
+        return start if self.src[line_start:start].strip() else line_start
+
+    def source(self, start: int, end: int) -> str:
+        """Source from `start` to `end`, plus the rest of the last line when that is blank.
+        Whole lines for ordinary code; exact spans for minified code, where one line may hold
+        hundreds of definitions."""
+        line_end = self.src.find(b"\n", end)
+        line_end = len(self.src) if line_end < 0 else line_end + 1
+        if not self.src[end:line_end].strip():
+            end = line_end
+        return self.src[start:end].decode("utf-8", "replace")
 
     def find_class(self, qualname: str) -> int | None:
         for index, d in enumerate(self.defs):
@@ -287,8 +312,7 @@ class _TreeSitterFile:
         members = [i for i, m in enumerate(self.defs) if m.owner == index]
         if body is None or not members:
             return d.text
-        start_byte = self.src.rfind(b"\n", 0, span.start_byte) + 1
-        out = [self.src[start_byte:body.start_byte].decode("utf-8", "replace").rstrip() + " {"]
+        out = [self.source(self.line_begin(span.start_byte), body.start_byte).rstrip() + " {"]
         member_ids = {self.nodes[i].id: i for i in members}
         children = []
         for child in body.named_children:  # Java enums keep members one level down
@@ -376,36 +400,57 @@ class _TreeSitterFile:
         expr = ".".join(reversed(parts))
         return expr if _NAME_CHAIN.match(expr) else ""
 
-    def calls(self, root: Node, skip: set[int], receiver: str) -> list[tuple[str, int, str]]:
+    def assign_calls(self, root: Node) -> dict[int | None, list[Node]]:
+        """Every call-like node (found by a tree-sitter query, in C) -> the innermost extracted
+        definition whose span holds it; None for module-level calls."""
+        order = sorted(range(len(self.spans)),
+                       key=lambda i: (self.spans[i].start_byte, -self.spans[i].end_byte))
+        parent: dict[int, int | None] = {}
+        open_spans: list[int] = []
+        for i in order:  # spans nest (or are disjoint); a stack gives each its container
+            while open_spans and self.spans[open_spans[-1]].end_byte < self.spans[i].end_byte:
+                open_spans.pop()
+            parent[i] = open_spans[-1] if open_spans else None
+            open_spans.append(i)
+        starts = [self.spans[i].start_byte for i in order]
+        found: dict[int | None, list[Node]] = {}
+        captures = QueryCursor(_call_query(self.language)).captures(root).get("call", [])
+        for node in captures:
+            k = bisect.bisect_right(starts, node.start_byte) - 1
+            owner = order[k] if k >= 0 else None
+            while owner is not None and self.spans[owner].end_byte < node.end_byte:
+                owner = parent[owner]
+            found.setdefault(owner, []).append(node)
+        return found
+
+    def call_facts(self, nodes: list[Node], receiver: str) -> list[tuple[str, int, str]]:
+        """(callee expression, line, call text), first occurrence of each callee."""
         found: dict[str, tuple[str, int, str]] = {}
-        stack = [root]
-        while stack:
-            node = stack.pop()
-            if node.type in _CALLS:
-                field = _CALLS[node.type]
-                callee = node if field is None else node.child_by_field_name(field)
-                expr = self.chain(callee, receiver)
-                line = node.start_point[0] + 1
-                if expr and expr not in ("super", "self") and (expr not in found or line < found[expr][1]):
-                    snippet = self.text_of(node).splitlines()[0].strip()[:120]
-                    found[expr] = (expr, line, snippet)
-            stack.extend(c for c in node.named_children if c.id not in skip)
+        for node in sorted(nodes, key=lambda n: n.start_byte):
+            field = _CALLS[node.type]
+            expr = self.chain(node if field is None else node.child_by_field_name(field), receiver)
+            if expr and expr not in ("super", "self") and expr not in found:
+                snippet = self.text_of(node).split("\n", 1)[0].strip()[:120]
+                found[expr] = (expr, node.start_point[0] + 1, snippet)
         return sorted(found.values(), key=lambda call: (call[1], call[0]))
 
     def imports(self, root: Node) -> list[dict]:
+        """Imports at declaration level (top level, `export`, Rust `mod` bodies, `const x =
+        require(...)`); imports inside function bodies are rare and not worth a full walk."""
+        handlers = {
+            "import_statement": self.js_import, "import_declaration": self.java_or_go_import,
+            "use_declaration": self.rust_use, "variable_declarator": self.js_require,
+        }
         facts: list[dict] = []
         stack = [root]
         while stack:
             node = stack.pop()
-            handler = {
-                "import_statement": self.js_import, "import_declaration": self.java_or_go_import,
-                "use_declaration": self.rust_use, "variable_declarator": self.js_require,
-            }.get(node.type)
+            handler = handlers.get(node.type)
             if handler is not None:
-                line, text = node.start_point[0] + 1, self.text_of(node).splitlines()[0][:120]
+                line, text = node.start_point[0] + 1, self.text_of(node).split("\n", 1)[0][:120]
                 facts += [{"line": line, "text": text, **fact} for fact in handler(node)]
-                continue
-            stack.extend(node.named_children)
+            elif node.type in _IMPORT_SCOPES:
+                stack.extend(node.named_children)
         return sorted(facts, key=lambda f: f["line"])
 
     @staticmethod

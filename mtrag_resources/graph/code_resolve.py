@@ -51,15 +51,17 @@ def resolve_code_graph(source_id: str,
             targets = [t for t in resolver.resolve(fact["base_expr"], fact, in_class=False)[0]
                        if resolver.by_qn[t].label == "Class" and t != fact["class_qn"]]
             if fact["class_id"] in resolver.by_id and targets:
-                resolver.class_bases[fact["class_qn"]].append(targets[0])
+                if len(targets) == 1:  # only a certain base may pin inherited methods
+                    resolver.class_bases[fact["class_qn"]].append(targets[0])
                 add("INHERITS", fact["class_id"], targets, len(targets) == 1, fact)
     for pf in parsed:
-        for fact in pf.imports:
-            for target in resolver.import_targets(fact):
-                add("IMPORTS", fact["module_id"], [target], True, fact)
         for fact in pf.calls:
             targets, verified = resolver.resolve(fact["callee_expr"], fact, in_class=True)
             add("CALLS", fact["caller_id"], targets, verified, fact)
+    for pf in parsed:  # after calls: a Go import points at the package files actually used
+        for fact in pf.imports:
+            for target in resolver.import_targets(fact):
+                add("IMPORTS", fact["module_id"], [target], True, fact)
 
     nodes: dict[str, GraphNode] = {}
     for pf in parsed:
@@ -105,6 +107,7 @@ class _Resolver:
                     self.stars[fact["module_qn"]].append(fact["bound"])
                 elif fact["alias"]:
                     self.aliases[fact["module_qn"]].setdefault(fact["alias"], fact["bound"])
+        self.go_used: dict[tuple[str, str], set[str]] = defaultdict(set)  # (module, alias)
         self._suffix_memo: dict[tuple[str, str], list[str]] = {}
         self.module_index = {qn[: -len(".index")]: qn for qn in self.language
                              if qn.endswith(".index") and self.language[qn] in _JS}
@@ -177,10 +180,14 @@ class _Resolver:
                 found.append(same_named if node.label == "Module" and same_named in self.by_qn else qn)
         return sorted(set(found))
 
-    def language_of(self, qn: str) -> str:
+    def module_of(self, qn: str) -> str:
+        """The module a qualified name lives in."""
         while qn and qn not in self.language:
             qn = qn.rpartition(".")[0]
-        return self.language.get(qn, "")
+        return qn
+
+    def language_of(self, qn: str) -> str:
+        return self.language.get(self.module_of(qn), "")
 
     def go_package(self, import_path: str) -> list[str]:
         """Modules of the in-source directory an import path ends with (longest match)."""
@@ -196,7 +203,8 @@ class _Resolver:
     def import_targets(self, fact: dict) -> list[str]:
         language, imported = fact["language"], fact["imported"]
         if language == "go":
-            return self.go_package(imported)[:20]
+            used = self.go_used.get((fact["module_qn"], fact["alias"]))
+            return sorted(used) if used else self.go_package(imported)[:20]
         if language in ("java", "rust"):
             found = self.suffix(imported, language)
             return found if len(found) == 1 else []
@@ -211,6 +219,9 @@ class _Resolver:
         found = self._scoped(expr, fact, in_class)
         if found:
             return sorted(set(found)), len(set(found)) == 1
+        head, *rest = expr.split(".")
+        if head in ("self", "cls", "super", "super()") and len(rest) == 1:
+            return [], False  # not on the class nor its known bases: a dynamic attribute
         return self._by_method_name(expr, fact), False
 
     def _scoped(self, expr: str, fact: dict, in_class: bool) -> list[str]:
@@ -242,8 +253,10 @@ class _Resolver:
         if head in self.aliases.get(module, {}):
             bound = self.aliases[module][head]
             if language == "go":
-                return [qn for m in self.go_package(bound) if rest
-                        for qn in self.canon(f"{m}.{'.'.join(rest)}")]
+                found = [qn for m in self.go_package(bound) if rest
+                         for qn in self.canon(f"{m}.{'.'.join(rest)}")]
+                self.go_used[(module, head)].update(self.module_of(qn) for qn in found)
+                return found
             if language in ("java", "rust"):
                 return [qn for base in self.suffix(bound, language)
                         for qn in (self.canon(".".join([base, *rest])) if rest else [base])]

@@ -19,7 +19,8 @@ Tokenization (one function for documents and queries, so both sides agree)
 MATCH semantics (see `QueryPlan`)
 ---------------------------------
 User text never reaches MATCH syntax: it is cut into tokens (runs of letters/digits/underscore,
-CJK runs separately; distinct case-insensitively), and every token is emitted as an FTS5 string literal (`"..."`, `"` doubled);
+CJK runs separately; distinct case-insensitively), and every token is emitted as an FTS5 string
+literal (`"..."`, `"` doubled);
 `AND`, `OR`, `NEAR`, `*`, `^`, `:`, `-`, parentheses, quotes and braces in the query are either
 separators or literal word characters, never operators. Two stages:
 
@@ -234,6 +235,8 @@ _SPHINX_ROLE_RE = re.compile(r"^:[\w.:+-]*:(?=`)")   # :func:`x`, :py:meth:`x`
 _WS_RE = re.compile(r"\s+")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # lone surrogates cannot be stored as UTF-8
 _TRAILING_PUNCT = ".,;:!?"
+# Already normal: no quotes, backticks, whitespace, `\`, `#`, `(`, `~`; ends in a word char, `/` or `-`.
+_CLEAN_ASCII_RE = re.compile(r"[a-z0-9_./:-]*[a-z0-9_/-]")
 
 
 def _normalize_once(s: str) -> str:
@@ -252,15 +255,24 @@ def normalize_alias(alias: str | None) -> str:
     """The key `exact_aliases.alias_norm` is compared on; queries and aliases go through it alike.
 
     Steps, repeated until nothing changes (so the function is idempotent by construction):
-    lone surrogates dropped; NFKC + casefold; whitespace runs collapsed to one space and trimmed; a leading Sphinx role
-    (`:func:`, `:py:meth:`) dropped; surrounding backticks and straight/curly quotes stripped;
-    backslashes become `/`; `::` (C++/Rust/Ruby) and `#` (Javadoc/Ruby method refs) become `.`;
-    trailing `()` dropped; leading `~` (Sphinx short-name marker) dropped; trailing `.,;:!?`
-    dropped. `/` is kept as is: file paths stay paths (`src/click/core.py`), and a query cannot
-    say whether `a/b` is a path or a symbol, so it is never rewritten to `.`.
+    lone surrogates dropped; NFKC + casefold; whitespace runs collapsed to one space and
+    trimmed; a leading Sphinx role (`:func:`, `:py:meth:`) dropped; surrounding backticks and
+    straight/curly quotes stripped; backslashes become `/`; `::` (C++/Rust/Ruby) and `#`
+    (Javadoc/Ruby method refs) become `.`; trailing `()` dropped; leading `~` (Sphinx short-name
+    marker) dropped; trailing `.,;:!?` dropped. `/` is kept as is: file paths stay paths
+    (`src/click/core.py`), and a query cannot say whether `a/b` is a path or a symbol, so it is
+    never rewritten to `.`.
     """
     if not alias:
         return ""
+    if alias.isascii():
+        low = alias.lower()   # ASCII: NFKC is the identity and casefold == lower
+        if "::" not in low and _CLEAN_ASCII_RE.fullmatch(low):
+            return low        # nothing any step below would change
+    return _normalize_slow(alias)
+
+
+def _normalize_slow(alias: str) -> str:
     s = alias
     for _ in range(16):
         nxt = _normalize_once(s)

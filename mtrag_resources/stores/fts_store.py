@@ -18,8 +18,9 @@ Schema (created when missing; `PRAGMA user_version` = SCHEMA_VERSION)
   input_sha256, child_rows, parent_rows, alias_rows, updated_at).
 
 Concurrency: WAL journal, `busy_timeout` on every connection, `synchronous=NORMAL`. A write is
-marker `begin` (own transaction) + ONE transaction that replaces every row of the source and sets
-meta and the marker to `committed`; readers run each call inside one read transaction, so they
+marker `begin` (own transaction) + ONE transaction that replaces every row of the source (rows
+identical to the stored ones keep their rowid and FTS entries; all others are deleted and
+inserted) and sets meta and the marker to `committed`; readers run each call inside one read transaction, so they
 see a source either before or after a write, never half of it, and never wait on the writer.
 
 Search: see `fts_query` for tokenization and MATCH semantics. bm25 weights per column:
@@ -221,7 +222,8 @@ class FtsStore:
         """Replace every row of `source_id` with `rows` (chunk dicts or `Chunk`s, parents and
         children) and `aliases` ((alias, alias_kind, chunk_id); None derives the standard set with
         `derive_aliases`). Marker `begin` is committed first in its own transaction; then one
-        transaction deletes the source's rows from every table, inserts the new ones, and sets
+        transaction deletes the source's rows from every table, inserts the new ones (rows
+        identical to the stored ones are kept as they are: same result, less FTS work), and sets
         meta and the marker to `committed`. If meta already holds this generation and input
         sha256 and the marker is committed, nothing is written (`skipped=True`)."""
         t0 = time.perf_counter()
@@ -233,7 +235,8 @@ class FtsStore:
             secs = time.perf_counter() - t0
             return {"source_id": source_id, "generation": generation, "skipped": True,
                     "child_rows": cur["child_rows"], "parent_rows": cur["parent_rows"],
-                    "alias_rows": cur["alias_rows"], "bytes": self._bytes(), "seconds": secs,
+                    "alias_rows": cur["alias_rows"], "kept_rows": cur["child_rows"] + cur["parent_rows"],
+                    "inserted_rows": 0, "deleted_rows": 0, "bytes": self._bytes(), "seconds": secs,
                     "rows_per_s": 0.0}
 
         records = [self._row_record(source_id, r) for r in rows]
@@ -249,11 +252,7 @@ class FtsStore:
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute(
-                "INSERT INTO markers(source_id, generation, state, updated_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(source_id) DO UPDATE SET generation = excluded.generation, "
-                "state = excluded.state, updated_at = excluded.updated_at",
-                (source_id, generation, BEGIN, now))
+            self._set_marker(conn, source_id, generation, BEGIN, now)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -261,19 +260,45 @@ class FtsStore:
 
         conn.execute("BEGIN IMMEDIATE")
         try:
-            self._delete_rows(conn, source_id)
+            # Replace by difference: a stored row identical (every column) to its new version
+            # keeps its rowid and FTS entries; every other stored row of the source is deleted
+            # (FTS entries first) and every new or changed row inserted. Inside this one
+            # transaction that is observably the same as delete-all + insert-all, at a fraction
+            # of the FTS work when little changed.
+            new_by_id: dict[str, tuple] = {}
+            for rec in records:
+                if rec[0] in new_by_id:
+                    raise sqlite3.IntegrityError(f"duplicate chunk_id {rec[0]!r} in rows of {source_id!r}")
+                new_by_id[rec[0]] = rec
             cols = ", ".join(CHUNK_COLUMNS) + ", extra"
+            keep: set[str] = set()
+            drop: list[tuple[int]] = []
+            for r in conn.execute(f"SELECT rid, {cols} FROM chunks WHERE source_id = ?", (source_id,)):
+                old = tuple(r)
+                if new_by_id.get(old[1]) == old[1:]:
+                    keep.add(old[1])
+                else:
+                    drop.append((old[0],))
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop (rid INTEGER PRIMARY KEY)")
+            conn.execute("DELETE FROM temp.mtrag_drop")
+            conn.executemany("INSERT INTO temp.mtrag_drop(rid) VALUES (?)", drop)
+            self._delete_rids(conn, "SELECT rid FROM temp.mtrag_drop", ())
+            conn.execute("DELETE FROM temp.mtrag_drop")
+            conn.execute("DELETE FROM exact_aliases WHERE source_id = ?", (source_id,))
+            max_rid = conn.execute("SELECT coalesce(max(rid), 0) FROM chunks").fetchone()[0]
             marks = ", ".join("?" * (len(CHUNK_COLUMNS) + 1))
-            conn.executemany(f"INSERT INTO chunks({cols}) VALUES ({marks})", records)
+            inserts = [rec for rec in records if rec[0] not in keep]
+            conn.executemany(f"INSERT INTO chunks({cols}) VALUES ({marks})", inserts)
+            # INTEGER PRIMARY KEY: new rows get rowids above the previous maximum.
             conn.execute(
                 "INSERT INTO fts_trigram(rowid, title, summary, text, symbol) "
                 "SELECT rid, title, summary, text, symbol FROM chunks "
-                "WHERE source_id = ? AND role = 'child'", (source_id,))
+                "WHERE source_id = ? AND role = 'child' AND rid > ?", (source_id, max_rid))
             conn.execute(
                 "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
                 "SELECT rid, mtrag_cjk_segment(title), mtrag_cjk_segment(summary), "
                 "mtrag_cjk_segment(text), mtrag_cjk_segment(symbol) FROM chunks "
-                "WHERE source_id = ? AND role = 'child'", (source_id,))
+                "WHERE source_id = ? AND role = 'child' AND rid > ?", (source_id, max_rid))
             conn.executemany(
                 "INSERT OR IGNORE INTO exact_aliases(alias_norm, alias, alias_kind, chunk_id, source_id) "
                 "VALUES (?, ?, ?, ?, ?)", alias_records)
@@ -289,8 +314,7 @@ class FtsStore:
                 "parent_rows = excluded.parent_rows, alias_rows = excluded.alias_rows, "
                 "updated_at = excluded.updated_at",
                 (source_id, generation, input_sha256, child_rows, parent_rows, alias_rows, now))
-            conn.execute("UPDATE markers SET generation = ?, state = ?, updated_at = ? "
-                         "WHERE source_id = ?", (generation, COMMITTED, now, source_id))
+            self._set_marker(conn, source_id, generation, COMMITTED, now)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -303,8 +327,18 @@ class FtsStore:
         total = child_rows + parent_rows
         return {"source_id": source_id, "generation": generation, "skipped": False,
                 "child_rows": child_rows, "parent_rows": parent_rows, "alias_rows": alias_rows,
+                "kept_rows": len(keep), "inserted_rows": len(inserts), "deleted_rows": len(drop),
                 "bytes": self._bytes(), "seconds": secs,
                 "rows_per_s": (total / secs) if secs > 0 else 0.0}
+
+    @staticmethod
+    def _set_marker(conn: sqlite3.Connection, source_id: str, generation: str, state: str,
+                    now: float) -> None:
+        conn.execute(
+            "INSERT INTO markers(source_id, generation, state, updated_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(source_id) DO UPDATE SET generation = excluded.generation, "
+            "state = excluded.state, updated_at = excluded.updated_at",
+            (source_id, generation, state, now))
 
     def delete_source(self, source_id: str) -> dict:
         """Remove every row, alias, meta and marker of `source_id` in one transaction."""
@@ -323,16 +357,20 @@ class FtsStore:
 
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, source_id: str) -> None:
-        # External content: feed the FTS 'delete' command the exact values it indexed, while the
-        # chunk rows still exist.
+        FtsStore._delete_rids(conn, "SELECT rid FROM chunks WHERE source_id = ?", (source_id,))
+        conn.execute("DELETE FROM exact_aliases WHERE source_id = ?", (source_id,))
+
+    @staticmethod
+    def _delete_rids(conn: sqlite3.Connection, rid_select: str, args: tuple) -> None:
+        """Delete the chunk rows whose rid `rid_select` yields, and their FTS entries. External
+        content: the FTS 'delete' command gets the exact values it indexed, read from the chunk
+        rows while they still exist."""
         conn.execute(
             "INSERT INTO fts_trigram(fts_trigram, rowid, title, summary, text, symbol) "
             "SELECT 'delete', rid, title, summary, text, symbol FROM chunks "
-            "WHERE source_id = ? AND role = 'child'", (source_id,))
-        conn.execute("DELETE FROM fts_cjk WHERE rowid IN "
-                     "(SELECT rid FROM chunks WHERE source_id = ? AND role = 'child')", (source_id,))
-        conn.execute("DELETE FROM chunks WHERE source_id = ?", (source_id,))
-        conn.execute("DELETE FROM exact_aliases WHERE source_id = ?", (source_id,))
+            f"WHERE role = 'child' AND rid IN ({rid_select})", args)
+        conn.execute(f"DELETE FROM fts_cjk WHERE rowid IN ({rid_select})", args)
+        conn.execute(f"DELETE FROM chunks WHERE rid IN ({rid_select})", args)
 
     @staticmethod
     def _role_counts(conn: sqlite3.Connection, source_id: str) -> tuple[int, int]:
@@ -470,8 +508,8 @@ class FtsStore:
         with self._read() as conn:
             for i in range(0, len(ids), _BATCH):
                 part = ids[i:i + _BATCH]
-                for r in conn.execute(f"SELECT * FROM chunks WHERE chunk_id IN ({', '.join('?' * len(part))})",
-                                      part):
+                marks = ", ".join("?" * len(part))
+                for r in conn.execute(f"SELECT * FROM chunks WHERE chunk_id IN ({marks})", part):
                     out[r["chunk_id"]] = _row_dict(r)
         return out
 

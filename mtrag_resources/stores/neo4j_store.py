@@ -340,15 +340,15 @@ class Neo4jStore:
         skipped: Counter = Counter()
         for t, rows in rel_rows.items():
             t = check_rel_type(t)
-            # a rel_id whose endpoints changed: drop the old edge first (rel_id index seek per row)
-            moved = (f"UNWIND $rows AS row MATCH (a)-[r:{t} {{rel_id: row.props.rel_id}}]->(b) "
-                     "WHERE a.node_id <> row.src_id OR b.node_id <> row.dst_id DELETE r")
+            # MERGE finds the edge by rel_id between these endpoints (relationship index seek). A
+            # rel_id whose endpoints changed gets a new edge here; the old one keeps its old
+            # write_id and goes in the stale removal.
             merge = (f"UNWIND $rows AS row "
                      f"MATCH (a:Entity {{node_id: row.src_id}}) MATCH (b:Entity {{node_id: row.dst_id}}) "
                      f"MERGE (a)-[r:{t} {{rel_id: row.props.rel_id}}]->(b) SET r = row.props "
                      f"RETURN count(r) AS n")
             for batch in _batches(rows, self.batch_size):
-                res = self._run_batch((moved, merge), batch)
+                res = self._run_batch(merge, batch)
                 n = res[0]["n"] if res else 0
                 written[t] += n
                 skipped[t] += len(batch) - n

@@ -1,0 +1,28 @@
+"""Helpers for integration tests that build through real Dagster runs."""
+from __future__ import annotations
+
+import dagster as dg
+
+from mtrag_resources.config import Settings
+from mtrag_resources.sources import load_sources
+
+
+def build(**kwargs) -> dict:
+    from mtrag_assets.runner import run_build
+    settings = Settings.from_env().ensure()
+    return run_build(settings, load_sources(settings.sources_file), log=lambda *_: None, **kwargs)
+
+
+def latest_metadata(asset: str, partition: str | None = None) -> dict:
+    """The metadata of an asset's latest materialization on the test instance."""
+    instance = dg.DagsterInstance.get()
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+        limit=1).records
+    assert records, f"no materialization of {asset} {partition or ''}"
+    meta = records[0].asset_materialization.metadata
+    return {k: getattr(v, "value", v) for k, v in meta.items()}
+
+
+def settings() -> Settings:
+    return Settings.from_env()

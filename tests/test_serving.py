@@ -1,0 +1,190 @@
+"""IndexReader over a real published generation: retrieval channels, gate, graph, HTTP."""
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from mtrag_resources.manifest import load_current, publish
+from mtrag_resources.serving.http import MAX_BODY_BYTES, make_server
+from mtrag_resources.serving.reader import EmbedderMismatch, IndexReader, QueryError
+from tests.build_helpers import settings
+
+
+@pytest.fixture(scope="module")
+def reader(published):
+    r = IndexReader(home=str(published["home"]), log_proposals=False)
+    yield r
+    r.close()
+
+
+HIT_KEYS = {"rank", "chunk_id", "source_id", "source_kind", "file_path", "start_line", "end_line", "symbol",
+            "title", "text", "score", "channels", "parent"}
+
+
+def test_hybrid_query_shape_and_semantic_answer(reader):
+    result = reader.query("how is the total price with tax computed", k=5)
+    assert result["generation"] == 1 and result["stale"] == []
+    assert {"generation", "query", "hits", "bridge", "paths", "bundles", "stale"} <= set(result)
+    assert HIT_KEYS <= set(result["hits"][0])
+    symbols = [h["symbol"] for h in result["hits"]]
+    assert "shopcart.cart.Cart.total" in symbols[:3] or "shopcart.tax.apply_tax" in symbols[:3]
+    method = next(h for h in result["hits"] if h["symbol"] == "shopcart.cart.Cart.total")
+    assert method["parent"]["symbol"] == "shopcart.cart.Cart"  # hydrated by parent_id, not a scored hit
+    assert all(h["parent"] is None or h["parent"]["chunk_id"] != h["chunk_id"] for h in result["hits"])
+
+
+def test_exact_identifier_ranks_first_and_gets_its_true_cosine(reader):
+    result = reader.query("shopcart.tax.lookup_rate", k=5)
+    top = result["hits"][0]
+    assert top["symbol"] == "shopcart.tax.lookup_rate"
+    assert "exact" in top["channels"] and "dense" in top["channels"]
+    assert -1.0 <= top["cosine"] <= 1.0
+    exact_only = reader.query("shopcart.tax.lookup_rate", mode="exact")
+    assert [h["symbol"] for h in exact_only["hits"]] == ["shopcart.tax.lookup_rate"]
+    assert set(exact_only["hits"][0]["channels"]) == {"exact"}
+
+
+def test_chinese_two_character_query_matches_lexically(reader):
+    result = reader.query("税率", mode="lexical")
+    symbols = {h["symbol"] for h in result["hits"]}
+    assert "shopcart.tax.lookup_rate" in symbols
+    assert any(h["source_id"] == "shop-docs" for h in result["hits"])
+
+
+def test_kind_filter_and_modes(reader):
+    docs = reader.query("tax", kind="docs")
+    assert docs["hits"] and all(h["source_kind"] == "docs" for h in docs["hits"])
+    dense = reader.query("tax", mode="dense")
+    assert all(set(h["channels"]) == {"dense"} for h in dense["hits"])
+
+
+def test_bridge_from_docs_to_code(reader):
+    result = reader.query("apply tax to an amount", kind="docs", k=3)
+    bridged = {(b["symbol"], b["relation"]) for b in result["bridge"]}
+    assert ("shopcart.tax.apply_tax", "MENTIONS") in bridged
+    assert all(b["confidence"] in ("VERIFIED", "INFERRED", "PROPOSED") for b in result["bridge"])
+
+
+def test_call_paths_verified_with_evidence(reader):
+    result = reader.paths("shopcart.cart.Cart.total", rel_types=["CALLS"], max_hops=3)
+    chains = [[n["qualified_name"] for n in p["nodes"]] for p in result["paths"]]
+    assert ["shopcart.cart.Cart.total", "shopcart.tax.apply_tax", "shopcart.tax.lookup_rate"] in chains
+    for p in result["paths"]:
+        assert all(e["confidence"] == "VERIFIED" and e["evidence"]["file"] for e in p["edges"])
+    incoming = reader.paths("shopcart.tax.lookup_rate", rel_types=["CALLS"], direction="in", max_hops=1)
+    assert {p["nodes"][-1]["qualified_name"] for p in incoming["paths"]} == {"shopcart.tax.apply_tax"}
+    assert reader.paths("shopcart.tax.lookup_rate", rel_types=["CALLS"], max_hops=2)["paths"] == []
+    with pytest.raises(QueryError, match="max_hops"):
+        reader.paths("shopcart.tax.lookup_rate", max_hops=50)
+    with pytest.raises(QueryError, match="relation"):
+        reader.paths("x", rel_types=["DROP"])
+
+
+def test_bundles_rank_containing_units(reader):
+    result = reader.query("tax rate for a region", mode="bundles")
+    assert result["bundles"]
+    top = result["bundles"][0]
+    assert top["unit"] == "src/shopcart/tax.py" and top["best_path"] in ("point", "facet", "direct")
+    assert [b["score"] for b in result["bundles"]] == sorted(b["score"] for b in result["bundles"])
+
+
+@pytest.mark.parametrize("text", ['a" OR 1=1 --', "NEAR(tax rate)", "`lookup_rate`*", "})-[r]-(x) DETACH DELETE x",
+                                  "税率 AND (", "{col}:value ^ -x"])
+def test_hostile_query_text_is_inert(reader, text):
+    for mode in ("hybrid", "lexical", "exact"):
+        reader.query(text, mode=mode)
+    reader.paths(text)
+    assert reader.status()["stale"] == []
+    assert reader.query("shopcart.tax.lookup_rate", mode="exact")["hits"]
+
+
+def test_bad_requests_raise_query_error(reader):
+    for kwargs in ({"text": ""}, {"text": "x", "mode": "sql"}, {"text": "x", "kind": "images"},
+                   {"text": "x", "k": 0}, {"text": "x" * 5000}):
+        with pytest.raises(QueryError):
+            reader.query(**kwargs)
+
+
+def test_status_json_shape(reader):
+    status = reader.status()
+    assert status["generation"] == 1
+    assert set(status["sources"]) == {"shop", "shop-docs"}
+    assert set(status["sources"]["shop"]) == {"qdrant", "fts", "neo4j"}
+    assert status["sources"]["shop"]["fts"]["state"] == "committed"
+
+
+@pytest.fixture(scope="module")
+def server(reader):
+    srv = make_server(reader, "127.0.0.1", 0)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def _call(url, body=None, raw: bytes | None = None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_http_contract(server, reader):
+    assert _call(server + "/healthz") == (200, {"ok": True})
+    code, status = _call(server + "/v1/status")
+    assert code == 200 and status == reader.status()
+    code, body = _call(server + "/v1/query", {"text": "shopcart.tax.lookup_rate", "k": 3})
+    assert code == 200 and body["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
+    assert body == json.loads(json.dumps(reader.query("shopcart.tax.lookup_rate", k=3) | {"timings_ms": body["timings_ms"]}))
+    for bad in ({"text": ""}, {"text": "x", "mode": "bogus"}, {"text": "x", "evil": 1}, {"k": 3}):
+        code, body = _call(server + "/v1/query", bad)
+        assert code == 400 and body["error"]
+    assert _call(server + "/v1/query", raw=b"{not json")[0] == 400
+    assert _call(server + "/v1/query", raw=b"[1]")[0] == 400
+    code, body = _call(server + "/v1/query", raw=b'{"text": "' + b"a" * MAX_BODY_BYTES + b'"}')
+    assert code == 400 and "limit" in body["error"]
+    assert _call(server + "/../../etc/passwd")[0] == 404
+    assert _call(server + "/v1/paths", {"from": "shopcart.cart.Cart.total", "rel": "CALLS"})[1]["paths"]
+
+
+def test_api_key_required_beyond_loopback(reader):
+    with pytest.raises(SystemExit, match="MTRAG_API_KEY"):
+        make_server(reader, "0.0.0.0", 0)
+    srv = make_server(reader, "127.0.0.1", 0, api_key="s3cret")
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/v1/status"
+        assert _call(url)[0] == 401
+        req = urllib.request.Request(url, headers={"X-API-Key": "s3cret"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_embedder_mismatch_is_refused(published, reader):
+    s = settings()
+    manifest = load_current(s.manifest_dir)
+    tampered = json.loads(json.dumps(manifest))
+    tampered["generation"] = manifest["generation"] + 1
+    tampered["embedder"]["model_id"] = "Qwen/Qwen3-Embedding-0.6B"
+    tampered["embedder"]["dim"] = 1024
+    publish(s.manifest_dir, tampered)
+    try:
+        with pytest.raises(EmbedderMismatch, match="model_id"):
+            reader.query("tax", mode="dense")
+        assert reader.query("税率", mode="lexical")["hits"]  # channels without the embedder still serve
+    finally:
+        publish(s.manifest_dir, manifest)
+    assert reader.query("tax", mode="dense")["hits"]
