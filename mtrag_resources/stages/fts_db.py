@@ -11,6 +11,7 @@ from ..stores.connect import open_fts
 from ..tables import read_rows
 from .common import SourceLayout, StageResult, digest_json, read_state, timed
 
+
 def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
     layout = SourceLayout(settings, spec.id)
     generation = read_state(layout)["generation"]

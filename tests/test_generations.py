@@ -1,0 +1,151 @@
+"""The generation protocol end to end: publishing gate, stale detection, convergence after a
+failure, and a reader serving while a build runs in another process."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mtrag_resources.manifest import current_path, load_current
+from mtrag_resources.serving.reader import IndexReader
+from mtrag_resources.sources import load_sources
+from mtrag_resources.stages.fts_db import build_fts_db
+from mtrag_resources.stages.index_manifest import PublishRefused, build_index_manifest
+from mtrag_resources.stores import neo4j_store
+from mtrag_resources.stores.connect import open_neo4j
+from tests.build_helpers import build, settings
+
+
+def _spec(source_id):
+    return next(s for s in load_sources(settings().sources_file) if s.id == source_id)
+
+
+def _edit_tax(env, marker: str) -> None:
+    tax = env["pkg"] / "tax.py"
+    tax.write_text(tax.read_text().replace("round to cents.", f"round to cents ({marker})."))
+
+
+def test_lagging_store_is_reported_stale_and_its_hits_are_not_mixed(mtrag_env):
+    build()
+    reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    try:
+        assert reader.status()["stale"] == []
+        # FTS moves to N+1 for `shop` (as a build in progress would); Qdrant and Neo4j stay at N.
+        _edit_tax(mtrag_env, "zebra-marker")
+        from mtrag_resources.stages.cas_chunks import build_cas_chunks
+        from mtrag_resources.stages.raw_source import build_raw_source
+        s = settings()
+        build_raw_source(s, _spec("shop"))
+        build_cas_chunks(s, _spec("shop"))
+        build_fts_db(s, _spec("shop"))
+        status = reader.status()
+        stale = {(x["source"], x["store"]) for x in status["stale"]}
+        assert stale == {("shop", "fts")}
+        assert status["sources"]["shop"]["fts"]["generation"] != status["sources"]["shop"]["qdrant"]["generation"]
+        result = reader.query("zebra-marker", mode="lexical")
+        assert result["hits"] == []
+        assert any(s["source"] == "shop" and s["store"] == "fts" for s in result["stale"])
+        # Dense hits of `shop` still come from the published Qdrant copy, hydrated from the CAS.
+        dense = reader.query("apply the regional tax", mode="dense")
+        assert any(h["source_id"] == "shop" and "zebra" not in h["text"] for h in dense["hits"])
+        # Publishing refuses while the other stores lag, and CURRENT stays as it was.
+        before = current_path(s.manifest_dir).read_text()
+        from mtrag_assets.resources import MtragResource
+        with pytest.raises(PublishRefused, match="markers_committed|counts_reconcile"):
+            build_index_manifest(s, load_sources(s.sources_file), MtragResource().embedder())
+        assert current_path(s.manifest_dir).read_text() == before
+        build()  # converges: every store at N+1, published
+        assert reader.status()["stale"] == []
+        assert reader.query("zebra-marker", mode="lexical")["hits"]
+    finally:
+        reader.close()
+
+
+def test_failure_mid_neo4j_write_leaves_begin_and_next_build_converges(mtrag_env, monkeypatch):
+    build()
+    _edit_tax(mtrag_env, "second")
+    original = neo4j_store.Neo4jStore._merge_relations
+
+    def fail(self, *args, **kwargs):
+        raise RuntimeError("injected failure during the relationship merge")
+
+    monkeypatch.setattr(neo4j_store.Neo4jStore, "_merge_relations", fail)
+    with pytest.raises(Exception):
+        build()
+    neo = open_neo4j(settings())
+    try:
+        assert neo.marker("shop").state == "begin"
+    finally:
+        neo.close()
+    assert load_current(settings().manifest_dir)["generation"] == 1
+    assert any(s["store"] == "neo4j" for s in IndexReader(home=str(mtrag_env["home"])).status()["stale"])
+    monkeypatch.setattr(neo4j_store.Neo4jStore, "_merge_relations", original)
+    build()
+    manifest = load_current(settings().manifest_dir)
+    assert manifest["generation"] == 2
+    assert manifest["sources"]["shop"]["stores"]["neo4j"]["state"] == "committed"
+
+
+def test_reader_serves_while_a_build_runs_in_another_process(mtrag_env):
+    build()
+    _edit_tax(mtrag_env, "concurrent")
+    (mtrag_env["docs"] / "more.md").write_text("# More\n\n" + "Taxes are rounded to cents. " * 40 + "\n")
+    reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "mtrag_resources.cli", "build"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    generations, errors = set(), []
+    try:
+        deadline = time.time() + 600
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                r = reader.query("apply the regional tax", k=5)
+                generations.add(r["generation"])
+                assert r["hits"], "the published generation must keep answering"
+                if r["generation"] == 1:
+                    assert not any("concurrent" in h["text"] for h in r["hits"])
+            except AssertionError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any error is the failure we look for
+                errors.append(repr(exc))
+            time.sleep(0.2)
+        out = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 0, out[-3000:]
+        assert errors == []
+        assert generations <= {1, 2} and 1 in generations
+        final = reader.query("rounded to cents", k=10)
+        assert final["generation"] == 2 and final["stale"] == []
+        assert any(h["file_path"] == "more.md" for h in final["hits"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reader.close()
+
+
+def test_second_build_of_the_same_source_is_refused(mtrag_env):
+    from mtrag_resources.buildstate import SourceBusy, source_lock
+    s = settings()
+    with source_lock(s, "shop"):
+        with pytest.raises(SourceBusy, match="already being built"):
+            with source_lock(s, "shop"):
+                pass
+        with pytest.raises(SourceBusy):
+            build(only=["shop"])
+
+
+def test_cli_no_change_shortcut(mtrag_env):
+    build()
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "mtrag_resources.cli", "build"], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "nothing changed" in out.stdout
+    assert time.perf_counter() - t0 < 30
+    _edit_tax(mtrag_env, "third")
+    out = subprocess.run([sys.executable, "-m", "mtrag_resources.cli", "build"], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "built ['shop']" in out.stdout
