@@ -16,6 +16,7 @@ from .schemas import GRAPH_RELATION_SCHEMA
     group_name=GROUP_PUBLISH,
     kinds={"parquet", "neo4j"},
     freshness_policy=DEFAULT_FRESHNESS,
+    automation_condition=dg.AutomationCondition.eager(),
     metadata={"dagster/column_schema": GRAPH_RELATION_SCHEMA},
 )
 def cross_source_links(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.MaterializeResult:

@@ -11,7 +11,10 @@ from .index_manifest import index_manifest
 from .neo4j_graph import neo4j_graph
 from .qdrant_collection import qdrant_collection
 from .raw_source import raw_source
+from .jobs import build_source_job
 from .resources import MtragResource
+from .schedules import nightly_rebuild
+from .sensors import source_changes, sources_sync
 
 PARTITIONED_ASSETS = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdrant_collection, fts_db, neo4j_graph]
 GLOBAL_ASSETS = [cross_source_links, index_manifest]
@@ -20,5 +23,8 @@ ALL_ASSETS = PARTITIONED_ASSETS + GLOBAL_ASSETS
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
+    jobs=[build_source_job],
+    schedules=[nightly_rebuild],
+    sensors=[sources_sync, source_changes],
     resources={"mtrag": MtragResource()},
 )

@@ -17,6 +17,7 @@ from .resources import MtragResource
     group_name=GROUP_PUBLISH,
     kinds={"json"},
     freshness_policy=DEFAULT_FRESHNESS,
+    automation_condition=dg.AutomationCondition.eager(),
     pool="qdrant_writer",  # copies the embedded Qdrant folder for readers
 )
 def index_manifest(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.MaterializeResult:

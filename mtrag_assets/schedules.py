@@ -1,0 +1,19 @@
+import os
+
+import dagster as dg
+
+from .jobs import build_source_job
+from .partitions import sources_partitions
+
+NIGHTLY_CRON = os.environ.get("MTRAG_NIGHTLY_CRON", "0 2 * * *")
+
+
+@dg.schedule(cron_schedule=NIGHTLY_CRON, job=build_source_job, execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.RUNNING)
+def nightly_rebuild(context: dg.ScheduleEvaluationContext):
+    """Rebuild every source nightly, one run per partition (build_schedule_from_partitioned_job
+    refuses dynamic partitions). Unchanged sources finish fast: stat-cached hashes, memoised
+    parsing and the embedding cache."""
+    for key in context.instance.get_dynamic_partitions(sources_partitions.name):
+        yield dg.RunRequest(partition_key=key, run_key=f"nightly:{context.scheduled_execution_time:%Y-%m-%d}:{key}",
+                            tags={"mtrag/trigger": "nightly"})
