@@ -17,6 +17,9 @@ from .definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
 from .partitions import sources_partitions
 from .resources import MtragResource
 
+# The terminal shows stage summaries; the full event log is in the instance (and the UI).
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
 INSTANCE_YAML = """\
 telemetry:
   enabled: false
@@ -70,11 +73,11 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         for sid in targets:
             log(f"building source {sid} ...")
             result = dg.materialize(PARTITIONED_ASSETS + ALL_CHECKS, partition_key=sid, instance=instance,
-                                    resources=resources, tags={"mtrag/trigger": "cli"})
+                                    resources=resources, tags={"mtrag/trigger": "cli"}, run_config=QUIET)
             runs[sid] = result.run_id
         log("resolving cross-source links and publishing the manifest ...")
         result = dg.materialize(ALL_ASSETS, selection=GLOBAL_ASSETS, instance=instance, resources=resources,
-                                tags={"mtrag/trigger": "cli"})
+                                tags={"mtrag/trigger": "cli"}, run_config=QUIET)
         runs["__publish__"] = result.run_id
     marker.unlink(missing_ok=True)
     return {"built": targets, "removed": removed, "runs": runs}

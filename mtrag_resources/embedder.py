@@ -293,7 +293,10 @@ class Embedder:
                     f"embedding model {self.config.model!r} is neither a folder nor in the Hugging "
                     "Face cache; download it first or set MTRAG_EMBED_ALLOW_DOWNLOAD=1")
             import torch
+            import transformers
             from sentence_transformers import SentenceTransformer
+
+            transformers.utils.logging.disable_progress_bar()  # a per-load bar is noise in run logs
 
             if self.config.device.startswith("cpu") or self.config.device == "":
                 torch.set_num_threads(_cpu_count())

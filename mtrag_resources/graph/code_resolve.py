@@ -17,7 +17,7 @@ _JS = ("javascript", "typescript", "tsx")
 _PY_BUILTINS = set(dir(builtins))
 # An unknown receiver matching more methods than this says nothing about the target.
 _MAX_NAME_CANDIDATES = 5
-_MAX_DEPTH = 6
+_MAX_DEPTH = 12  # re-export / star-import hops followed for one name
 
 
 def resolve_code_graph(source_id: str,
@@ -108,6 +108,8 @@ class _Resolver:
                 elif fact["alias"]:
                     self.aliases[fact["module_qn"]].setdefault(fact["alias"], fact["bound"])
         self.go_used: dict[tuple[str, str], set[str]] = defaultdict(set)  # (module, alias)
+        self._canon_memo: dict[str, list[str]] = {}
+        self._canon_active: set[str] = set()
         self._suffix_memo: dict[tuple[str, str], list[str]] = {}
         self.module_index = {qn[: -len(".index")]: qn for qn in self.language
                              if qn.endswith(".index") and self.language[qn] in _JS}
@@ -130,18 +132,31 @@ class _Resolver:
                 return [qn]
         return []
 
-    def canon(self, qn: str, depth: int = 0) -> list[str]:
+    def canon(self, qn: str) -> list[str]:
         """An absolute dotted name -> the in-source symbol it denotes, following re-exports
-        (`pkg/__init__.py: from .core import X`), star imports and inherited members."""
+        (`pkg/__init__.py: from .core import X`), star imports and inherited members.
+        Memoized, and a name already being followed answers [] (import cycles, and star-import
+        chains that would otherwise fan out exponentially)."""
         if qn in self.by_qn:
             return [qn]
-        parts = qn.split(".")
-        if depth > _MAX_DEPTH or len(parts) < 2:
+        if qn in self._canon_memo:
+            return self._canon_memo[qn]
+        if qn in self._canon_active or len(self._canon_active) > _MAX_DEPTH:
             return []
+        self._canon_active.add(qn)
+        try:
+            found = self._canon(qn)
+        finally:
+            self._canon_active.discard(qn)
+        self._canon_memo[qn] = found
+        return found
+
+    def _canon(self, qn: str) -> list[str]:
+        parts = qn.split(".")
         for cut in range(len(parts) - 1, 0, -1):
             prefix, head, rest = ".".join(parts[:cut]), parts[cut], parts[cut + 1:]
             if prefix in self.module_index:  # JS `./util` meaning `./util/index`
-                return self.canon(".".join([self.module_index[prefix], head, *rest]), depth + 1)
+                return self.canon(".".join([self.module_index[prefix], head, *rest]))
             node = self.by_qn.get(prefix)
             if node is None:
                 continue
@@ -150,9 +165,9 @@ class _Resolver:
             if node.label != "Module":
                 return []
             if head in self.aliases.get(prefix, {}):
-                return self.canon(".".join([self.aliases[prefix][head], *rest]), depth + 1)
+                return self.canon(".".join([self.aliases[prefix][head], *rest]))
             for star in self.stars.get(prefix, []):
-                found = self.canon(".".join([star, head, *rest]), depth + 1)
+                found = self.canon(".".join([star, head, *rest]))
                 if found:
                     return found
             return []

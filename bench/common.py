@@ -1,0 +1,53 @@
+"""Shared by the benches: fetch a pinned sdist, run mtrag in a private home, percentiles."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fetch_sdist(requirement: str, into: Path) -> Path:
+    from mtrag_resources.sources import fetch_sdist as fetch
+    return fetch(requirement, into)
+
+
+def mtrag_env(home: Path, sources: Path, **extra) -> dict:
+    env = dict(os.environ)
+    env.update({"MTRAG_HOME": str(home), "MTRAG_SOURCES": str(sources), "DAGSTER_HOME": str(home / "dagster_home"),
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_mtrag(args: list[str], env: dict, timeout: int = 3600) -> tuple[float, str, int]:
+    """(wall seconds, combined output, peak RSS of the child in MB)."""
+    import resource
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mtrag_resources.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    if proc.returncode != 0:
+        raise RuntimeError(f"mtrag {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return wall, proc.stdout + proc.stderr, int(peak_mb)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    idx = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[idx]
+
+
+def write_json(path: str | None, data: dict) -> None:
+    text = json.dumps(data, indent=1, sort_keys=True)
+    print(text)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text + "\n")
