@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import REPO, fetch_sdist, mtrag_env, percentile, run_mtrag, write_json  # noqa: E402
 
 MODES = ("hybrid", "dense", "lexical", "exact")
-ROLE_RE = re.compile(r":(?:py:)?(?:func|meth|class|attr|exc|obj):`~?([A-Za-z_][\w.]*)`")
+# Sphinx roles (:func:`x`) and their MyST form ({func}`x`), optionally "title <target>".
+ROLE_RE = re.compile(r"(?::(?:py:)?|\{)(?:func|meth|class|attr|exc|obj)(?::|\})`(?:[^`<]*<)?~?([A-Za-z_][\w.]*)>?`")
 
 
 def first_sentence(doc: str) -> str:

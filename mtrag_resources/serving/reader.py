@@ -203,7 +203,10 @@ class ReaderCore:
                 ids = [s for s in ok_sources if sources[s]["kind"] == kd]
                 if not ids:
                     continue
-                for h in self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=ids):
+                # Embedded Qdrant evaluates filters point by point in Python: filter only when a
+                # source of this kind must be left out (stale or unpublished).
+                every = sorted(s for s, e in sources.items() if e["kind"] == kd) == sorted(ids) and not self._unpublished(kd)
+                for h in self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=None if every else ids):
                     dense.append((h["chunk_id"], float(h["score"])))
                     payloads[h["chunk_id"]] = h["payload"]
             dense.sort(key=lambda x: -x[1])
@@ -259,6 +262,13 @@ class ReaderCore:
         out["channels"] = {c: {"hits": len(r)} for c, r in rankings.items()}
         out["timings_ms"] = t
         return out
+
+    def _unpublished(self, kind: str) -> bool:
+        """Does the Qdrant copy hold sources of `kind` that the manifest does not publish?"""
+        if self._qdrant_copy is not None:
+            return False  # the copy was taken at publish time and holds exactly the manifest's sources
+        published = {s for s, e in self.manifest["sources"].items() if e["kind"] == kind}
+        return bool(set(self._qdrant.markers()) - published - {LINKS_SOURCE})
 
     def _row_from_payload(self, cid: str, payload: dict | None) -> dict | None:
         if not payload:
