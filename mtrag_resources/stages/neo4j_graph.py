@@ -30,5 +30,7 @@ def build_neo4j_graph(settings: Settings, spec: SourceSpec) -> StageResult:
             store.close()
     for key, value in stats.items():
         meta[key] = value if isinstance(value, (int, float, str, bool)) else dict(value)
-    meta.update({"generation": generation, "marker": marker.state if marker else "none"})
+    meta.update({"generation": generation, "marker": marker.state if marker else "none",
+                 "total_nodes": sum(stats.get("nodes", {}).values()),
+                 "total_relationships": sum(stats.get("relationships", {}).values())})
     return StageResult(data_version=generation, metadata=meta)

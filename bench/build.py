@@ -1,0 +1,194 @@
+"""Build benchmark on the click 8.5.1 + flask 3.1.3 sdists (src and docs), each step its own process:
+
+  embed_only   plain SentenceTransformer.encode (batch 64, same model, same chunk texts)
+  full         `mtrag build` on a fresh MTRAG_HOME
+  nochange     `mtrag build` again
+  append       one function with a docstring appended to flask/helpers.py
+  insert       one function inserted in the middle of click/utils.py
+  delete       one docs file removed (flask docs/signals.rst), checked gone from Qdrant, FTS and Neo4j
+
+Usage: python bench/build.py [--out bench/out/build.json] [--work bench/out/build-work]
+The JSON has the keys issue 7 asks for (full_s, embed_only_s, full_over_embed, nochange_s, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import REPO, fetch_sdist, mtrag_env, write_json  # noqa: E402
+
+APPENDED = '''
+
+def bench_appended_helper(value: str) -> str:
+    """Return the value upper-cased; appended by the build benchmark."""
+    return value.upper()
+'''
+INSERTED = '''def bench_inserted_helper(count: int) -> int:
+    """Double a count; inserted mid-file by the build benchmark."""
+    return count * 2
+
+
+'''
+EMBED_ONLY = r'''
+import json, sys, time
+from sentence_transformers import SentenceTransformer
+from mtrag_resources.embedder import default_model_path
+texts = json.load(open(sys.argv[1]))
+model = SentenceTransformer(str(default_model_path()), device="cpu")
+t0 = time.perf_counter()
+model.encode(texts, batch_size=64)
+print(json.dumps({"seconds": time.perf_counter() - t0, "texts": len(texts)}))
+'''
+
+
+def run_measured(cmd: list[str], env: dict) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{output[-4000:]}")
+    return {"wall": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "output": output}
+
+
+def mtrag_build(env: dict) -> dict:
+    return run_measured([sys.executable, "-m", "mtrag_resources.cli", "build"], env)
+
+
+def latest(env: dict, asset: str, partition: str | None) -> dict:
+    code = f"""
+import json, dagster as dg
+inst = dg.DagsterInstance.get()
+recs = inst.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey({asset!r}),
+    asset_partitions={[partition] if partition else None!r}), limit=1).records
+meta = recs[0].asset_materialization.metadata if recs else {{}}
+print(json.dumps({{k: getattr(v, "value", None) for k, v in meta.items()}}, default=str))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def embedded_total(env: dict, sources: list[str]) -> int:
+    return sum(int(latest(env, "embedding_cache", s).get("embedded") or 0) for s in sources)
+
+
+def gone_everywhere(env: dict, source_id: str, file_path: str) -> bool:
+    code = f"""
+import json
+from mtrag_resources.config import Settings
+from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
+s = Settings.from_env()
+fts = open_fts(s); neo = open_neo4j(s)
+with open_qdrant(s) as q:
+    hits = q.search("docs", [0.05] * 384, k=5000, filters={{"file_path": {file_path!r}}})
+rows = [c for c in fts.exact({file_path!r}) if c["source_id"] == {source_id!r}]
+nodes = neo._read("MATCH (n:Entity) WHERE n.source_id = $s AND n.file_path = $f RETURN count(n) AS n", s={source_id!r}, f={file_path!r})[0]["n"]
+print(json.dumps({{"qdrant": len(hits), "fts": len(rows), "neo4j": nodes}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    counts = json.loads(out.strip().splitlines()[-1])
+    print("after delete:", counts, flush=True)
+    return not any(counts.values())
+
+
+def child_texts(home: Path, sources: list[str]) -> list[str]:
+    from mtrag_resources.cas import ContentStore
+    from mtrag_resources.tables import read_rows
+    cas = ContentStore(home / "02-cas")
+    texts = []
+    for sid in sources:
+        rows = read_rows(home / "02-cas" / "tables" / sid / "chunks.parquet")
+        texts += [cas.get_text(r["content_hash"]) for r in rows if r["role"] == "child"]
+    return texts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(REPO / "bench/out/build.json"))
+    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
+    args = ap.parse_args()
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    corpus = work / "corpus"
+    for req, name in (("click==8.5.1", "click"), ("flask==3.1.3", "flask")):
+        sdist = fetch_sdist(req, work / "sdists")
+        for part in ("src", "docs"):
+            shutil.copytree(sdist / part, corpus / name / part)
+    sources = work / "sources.yaml"
+    sources.write_text(
+        "sources:\n"
+        f"  - {{id: click, kind: code, path: {corpus / 'click'}, include: ['src/**/*.py']}}\n"
+        f"  - {{id: click-docs, kind: docs, path: {corpus / 'click'}, include: ['docs/**/*.md', 'docs/**/*.rst']}}\n"
+        f"  - {{id: flask, kind: code, path: {corpus / 'flask'}, include: ['src/**/*.py']}}\n"
+        f"  - {{id: flask-docs, kind: docs, path: {corpus / 'flask'}, include: ['docs/**/*.rst', 'docs/**/*.md']}}\n")
+    ids = ["click", "click-docs", "flask", "flask-docs"]
+    home = work / "home"
+    env = mtrag_env(home, sources)
+    result: dict = {}
+
+    print("full build ...", flush=True)
+    full = mtrag_build(env)
+    result["full_s"] = full["wall"]
+    result["peak_rss_mb"] = full["peak_rss_mb"]
+    stage = {s: {a: latest(env, a, s).get("seconds") for a in
+                 ("raw_source", "cas_chunks", "canonical_graph", "embedding_cache", "qdrant_collection", "fts_db",
+                  "neo4j_graph")} for s in ids}
+    stage["global"] = {a: latest(env, a, None).get("seconds") for a in ("cross_source_links", "index_manifest")}
+    result["stage_seconds"] = stage
+    emb = [latest(env, "embedding_cache", s) for s in ids]
+    result["embedded_full"] = sum(int(e["embedded"]) for e in emb)
+    mtrag_embed_s = sum(float(e["embed_seconds"]) for e in emb)
+    neo = [latest(env, "neo4j_graph", s) for s in ids]
+    rels = sum(int(n.get("total_relationships", 0) or 0) for n in neo)
+    neo_s = sum(float(n.get("seconds", 0) or 0) for n in neo)
+    result["neo4j_rels_per_s"] = round(rels / neo_s, 1) if neo_s else None
+    result["chunks"] = {s: latest(env, "cas_chunks", s).get("chunks") for s in ids}
+
+    print("embedding alone ...", flush=True)
+    texts = child_texts(home, ids)
+    texts_file = work / "texts.json"
+    texts_file.write_text(json.dumps(texts))
+    plain = run_measured([sys.executable, "-c", EMBED_ONLY, str(texts_file)], env)
+    plain_doc = json.loads(plain["output"].strip().splitlines()[-1])
+    result["embed_only_s"] = round(plain_doc["seconds"], 2)
+    result["embed_only_wall_s"] = plain["wall"]
+    result["full_over_embed"] = round(result["full_s"] / result["embed_only_s"], 3)
+    result["embed_speedup"] = round((result["embedded_full"] / mtrag_embed_s) / (plain_doc["texts"] / plain_doc["seconds"]), 3)
+
+    print("no change ...", flush=True)
+    result["nochange_s"] = mtrag_build(env)["wall"]
+
+    print("append ...", flush=True)
+    helpers = corpus / "flask" / "src" / "flask" / "helpers.py"
+    helpers.write_text(helpers.read_text() + APPENDED)
+    result["append_s"] = mtrag_build(env)["wall"]
+    result["embedded_after_append"] = embedded_total(env, ["flask"])
+
+    print("insert ...", flush=True)
+    utils = corpus / "click" / "src" / "click" / "utils.py"
+    lines = utils.read_text().splitlines(keepends=True)
+    defs = [i for i, l in enumerate(lines) if l.startswith("def ")]
+    mid = defs[len(defs) // 2]
+    utils.write_text("".join(lines[:mid]) + INSERTED + "".join(lines[mid:]))
+    result["insert_s"] = mtrag_build(env)["wall"]
+    result["embedded_after_insert"] = embedded_total(env, ["click"])
+
+    print("delete ...", flush=True)
+    (corpus / "flask" / "docs" / "signals.rst").unlink()
+    result["delete_s"] = mtrag_build(env)["wall"]
+    result["deleted_everywhere"] = gone_everywhere(env, "flask-docs", "docs/signals.rst")
+    write_json(args.out, result)
+
+
+if __name__ == "__main__":
+    main()
