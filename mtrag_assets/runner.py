@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from mtrag_resources.buildstate import changed_sources, dirty_marker, source_lock
+from mtrag_resources.buildstate import changed_sources, mark_dirty, source_lock
 from mtrag_resources.config import Settings
 from mtrag_resources.sources import SourceSpec
 
@@ -20,12 +20,21 @@ from .resources import MtragResource
 # The terminal shows stage summaries; the full event log is in the instance (and the UI).
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
+# Pools: one step at a time per pool (qdrant_writer: embedded Qdrant allows one writer process).
+# Runs: at most one queued-then-launched run per source partition (UI backfills, sensors, the
+# schedule); `mtrag build` executes in process and takes a per-source file lock instead.
 INSTANCE_YAML = """\
 telemetry:
   enabled: false
 concurrency:
   pools:
     default_limit: 1
+  runs:
+    tag_concurrency_limits:
+      - key: dagster/partition
+        value:
+          applyLimitPerUniqueValue: true
+        limit: 1
 """
 
 
@@ -64,20 +73,21 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         targets, removed = [s.id for s in specs], []
     else:
         targets, removed = changed_sources(settings, specs, None)
-    marker = dirty_marker(settings)
-    marker.write_text("build started\n")
     runs = {}
     with ExitStack() as stack:
         for sid in targets:
             stack.enter_context(source_lock(settings, sid))
+        publish_marker = mark_dirty(settings)
         for sid in targets:
             log(f"building source {sid} ...")
+            marker = mark_dirty(settings, sid)
             result = dg.materialize(PARTITIONED_ASSETS + ALL_CHECKS, partition_key=sid, instance=instance,
                                     resources=resources, tags={"mtrag/trigger": "cli"}, run_config=QUIET)
+            marker.unlink(missing_ok=True)
             runs[sid] = result.run_id
         log("resolving cross-source links and publishing the manifest ...")
         result = dg.materialize(ALL_ASSETS, selection=GLOBAL_ASSETS, instance=instance, resources=resources,
                                 tags={"mtrag/trigger": "cli"}, run_config=QUIET)
+        publish_marker.unlink(missing_ok=True)
         runs["__publish__"] = result.run_id
-    marker.unlink(missing_ok=True)
     return {"built": targets, "removed": removed, "runs": runs}

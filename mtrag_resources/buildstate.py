@@ -18,10 +18,22 @@ class SourceBusy(RuntimeError):
     pass
 
 
-def dirty_marker(settings: Settings) -> Path:
-    """Exists while a build runs and after one that failed: the next build must not take the
-    no-change shortcut then, so it converges the stores."""
-    return settings.home / "BUILD_IN_PROGRESS"
+def dirty_marker(settings: Settings, source_id: str | None = None) -> Path:
+    """Exists while a source's build (or, without a source, the publish step) runs, and after one
+    that failed: that work must not take the no-change shortcut, so the next build converges."""
+    name = f"{source_id}.dirty" if source_id else "publish.dirty"
+    return settings.home / "locks" / name
+
+
+def mark_dirty(settings: Settings, source_id: str | None = None) -> Path:
+    path = dirty_marker(settings, source_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"pid {os.getpid()}\n")
+    return path
+
+
+def publish_pending(settings: Settings) -> bool:
+    return dirty_marker(settings).exists()
 
 
 def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id: str | None) -> tuple[list[str], list[str]]:
@@ -29,12 +41,12 @@ def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id:
     manifest = load_current(settings.manifest_dir) or {}
     published = manifest.get("sources", {})
     removed = sorted(set(published) - {s.id for s in specs})
-    global_stale = (dirty_marker(settings).exists() or manifest.get("code_versions") != CODE_VERSIONS
+    global_stale = (manifest.get("code_versions") != CODE_VERSIONS
                     or (fingerprint_id and manifest.get("embedder", {}).get("fingerprint_id") != fingerprint_id))
     changed = []
     for spec in specs:
         entry = published.get(spec.id)
-        if global_stale or entry is None:
+        if global_stale or entry is None or dirty_marker(settings, spec.id).exists():
             changed.append(spec.id)
             continue
         inventory = scan_source(settings, spec)

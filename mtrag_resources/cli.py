@@ -27,11 +27,11 @@ def cmd_build(args) -> int:
     settings = _settings()
     specs = _load_specs(settings)
     if not args.source and not args.force:
-        from .buildstate import changed_sources
+        from .buildstate import changed_sources, publish_pending
         from .embedder import EmbedderConfig, Embedder, fingerprint_id_of
         fp = Embedder(EmbedderConfig.from_env()).fingerprint_without_loading()
         changed, removed = changed_sources(settings, specs, fingerprint_id_of(fp) if fp else None)
-        if not changed and not removed:
+        if not changed and not removed and not publish_pending(settings):
             print(f"nothing changed since the published generation ({time.perf_counter() - t0:.2f} s)")
             return 0
     from .neo4j_server import neo4j_connection

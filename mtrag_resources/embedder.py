@@ -17,9 +17,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -374,7 +376,8 @@ class Embedder:
         return int(self.fingerprint["dim"])
 
     # -- encoding -----------------------------------------------------------------------------
-    def encode(self, texts: list[str], progress: Progress | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Progress | None = None) -> "np.ndarray":
+        import numpy as np  # lazy: the no-change check imports this module and must stay light
         """float32 (n, dim), rows in the order of `texts`. Texts are embedded longest first in
         batches of similar length (less padding), then put back in order."""
         n = len(texts)
@@ -396,7 +399,7 @@ class Embedder:
                 progress(min(start + bs, n), n)
         return out
 
-    def encode_one(self, text: str) -> np.ndarray:
+    def encode_one(self, text: str) -> "np.ndarray":
         return self.encode([text])[0]
 
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .filetypes import classify
 from .globs import matches_any
@@ -81,25 +82,43 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _walk(root: Path):
+def _walk(root: Path, include) -> "Iterator[tuple[str, Path, str | None]]":
     """Yield (rel_path, abs_path, skip_reason|None). Symlinked directories are not followed, which
-    also makes symlink loops harmless."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        base = Path(dirpath)
+    also makes symlink loops harmless. Directories no include glob can reach are not entered: a
+    source rooted at a repository must not pay for walking its data folders."""
+    prefixes = [_literal_prefix(p) for p in include]
+    root_str = str(root)
+    for dirpath, dirnames, filenames in os.walk(root_str, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, root_str)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
         keep = []
         for d in sorted(dirnames):
-            full = base / d
-            rel = full.relative_to(root).as_posix()
-            if d in ALWAYS_EXCLUDED_DIRS:
+            rel = f"{rel_dir}/{d}" if rel_dir else d
+            if d in ALWAYS_EXCLUDED_DIRS or not _reachable(rel, prefixes):
                 continue
-            if full.is_symlink():
-                yield rel, full, "symlinked directory not followed"
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full):
+                yield rel, Path(full), "symlinked directory not followed"
                 continue
             keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
-            full = base / name
-            yield full.relative_to(root).as_posix(), full, None
+            yield (f"{rel_dir}/{name}" if rel_dir else name), Path(dirpath, name), None
+
+
+def _literal_prefix(pattern: str) -> tuple[str, ...]:
+    """The leading path segments of a glob that contain no wildcard."""
+    parts = []
+    for seg in pattern.split("/")[:-1]:
+        if any(c in seg for c in "*?["):
+            break
+        parts.append(seg)
+    return tuple(parts)
+
+
+def _reachable(rel_dir: str, prefixes: list[tuple[str, ...]]) -> bool:
+    parts = tuple(rel_dir.split("/"))
+    return any(parts[: len(p)] == p[: len(parts)] for p in prefixes)
 
 
 def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
@@ -107,7 +126,7 @@ def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
     root = Path(root).resolve()
     cache = {f.path: f for f in previous.files} if previous else {}
     files: list[FileEntry] = []
-    for rel, full, walk_reason in _walk(root):
+    for rel, full, walk_reason in _walk(root, include):
         # A symlinked directory is reported whatever the include globs say: it may hide files
         # the maintainer expected to be indexed.
         if (not walk_reason and not matches_any(rel, include)) or matches_any(rel, exclude):
