@@ -1,18 +1,32 @@
-"""Neo4j projection throughput: write ~20,000 synthetic relationships for one source and report
-relationships per second for a first write, an idempotent rewrite (same generation) and a new
-generation where 10% of the functions changed (stale removal included).
+"""Neo4j projection throughput: project ~20,000 synthetic relationships (plus one HAS_CHUNK per
+function) for one source and report relationships per second for
 
-    python bench/neo4j_projection.py [--rels 20000] [--nodes 5000] [--batch 2000] [--out bench/out/neo4j.json]
+- first_write:        a fresh source (nothing of it in the graph yet),
+- unchanged_rewrite:  the same input again (same generation),
+- changed_10pct:      a new generation where 10% of the functions were renamed (their nodes, chunk
+                      nodes and every relationship touching them change: stale removal included),
+- small_write:        a fresh small source of ~1,500 relationships (the size of a real build of click),
+                      as wall time, and small_unchanged its unchanged rewrite,
+
+each repeated --repeat times (the source is deleted before every first write); medians are reported.
+rels/s counts every relationship the write leaves projected (HAS_CHUNK included) over the wall time
+of `write_source`, whether the store had to write it or found it unchanged.
+
+    python bench/neo4j_projection.py [--rels 20000] [--nodes 5000] [--repeat 3] [--fresh] [--out FILE]
 
 Uses NEO4J_URI when set, else the local server of $MTRAG_HOME (started if needed, and stopped again
-afterwards when this script started it, unless --keep)."""
+afterwards when this script started it, unless --keep). --fresh starts a private server under a
+temporary home instead (cold JVM, empty database, no query plans cached) and removes it afterwards."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import random
+import shutil
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,63 +76,115 @@ def synthetic(source_id: str, n_nodes: int, n_rels: int, seed: int, renamed: set
     return nodes, rels, chunks
 
 
+def _run(store: Neo4jStore, source: str, generation: str, graph) -> dict:
+    nodes, rels, chunks = graph
+    t = time.monotonic()
+    stats = store.write_source(source, generation, nodes, rels, chunks)
+    wall = time.monotonic() - t
+    projected = sum(stats["relationships"].values())
+    out = {"seconds": round(wall, 3), "rels_per_s": round(projected / wall, 1), "projected_relationships": projected}
+    for k in ("written_relationships", "created_relationships", "updated_relationships", "unchanged_relationships",
+              "deleted_nodes", "deleted_relationships", "skipped_relationships", "written_nodes",
+              "unchanged_nodes", "transactions"):
+        if k in stats:
+            out[k] = stats[k]
+    return out
+
+
+def _summary(runs: list[dict]) -> dict:
+    return {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 3),
+            "median_rels_per_s": round(statistics.median(r["rels_per_s"] for r in runs), 1),
+            "runs": runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rels", type=int, default=20000)
     ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--batch", type=int, default=2000)
+    ap.add_argument("--small-rels", type=int, default=1500)
+    ap.add_argument("--small-nodes", type=int, default=400)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=None, help="rows per transaction (default: the store's)")
     ap.add_argument("--source", default="bench-neo4j-projection")
+    ap.add_argument("--fresh", action="store_true", help="start a private server under a temporary home")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the data and a server this script started")
     args = ap.parse_args(argv)
 
-    settings = Settings.from_env()
+    tmp_home = None
+    if args.fresh:
+        tmp_home = Path(tempfile.mkdtemp(prefix="mtrag-bench-neo4j-"))
+        settings = Settings(home=tmp_home)
+    else:
+        settings = Settings.from_env()
     server = Neo4jServer(settings)
     started_here = False
     t0 = time.monotonic()
-    try:
-        uri, user, password = neo4j_connection(settings)
-    except Exception:  # noqa: BLE001 - not running: start the local one
-        uri, user, password = neo4j_connection(settings, start=True)
+    if args.fresh:
+        uri, user, password = server.start(timeout=300), None, None
         started_here = True
+    else:
+        try:
+            uri, user, password = neo4j_connection(settings)
+        except Exception:  # noqa: BLE001 - not running: start the local one
+            uri, user, password = neo4j_connection(settings, start=True)
+            started_here = True
     server_start_s = round(time.monotonic() - t0, 2)
 
-    store = Neo4jStore(uri, user, password, batch_size=args.batch)
+    kwargs = {"batch_size": args.batch} if args.batch else {}
+    store = Neo4jStore(uri, user, password, **kwargs)
+    small_source = args.source + "-small"
+    runs: dict[str, list[dict]] = {k: [] for k in ("first_write", "unchanged_rewrite", "changed_10pct",
+                                                   "small_write", "small_unchanged")}
     try:
         t = time.monotonic()
         store.ensure_schema()
-        schema_s = time.monotonic() - t
-        store.delete_source(args.source)
-        nodes, rels, chunks = synthetic(args.source, args.nodes, args.rels, seed=1)
-        runs = {}
-        runs["first_write"] = store.write_source(args.source, "gen-1", nodes, rels, chunks)
-        runs["idempotent_rewrite"] = store.write_source(args.source, "gen-1", nodes, rels, chunks)
+        schema_first_s = time.monotonic() - t
+        t = time.monotonic()
+        store.ensure_schema()
+        schema_again_s = time.monotonic() - t
+        big = synthetic(args.source, args.nodes, args.rels, seed=1)
         renamed = set(random.Random(2).sample(range(args.nodes), args.nodes // 10))
-        nodes2, rels2, chunks2 = synthetic(args.source, args.nodes, args.rels, seed=1, renamed=renamed)
-        runs["new_generation_10pct_renamed"] = store.write_source(args.source, "gen-2", nodes2, rels2, chunks2)
+        big2 = synthetic(args.source, args.nodes, args.rels, seed=1, renamed=renamed)
+        small = synthetic(small_source, args.small_nodes, args.small_rels, seed=3)
+        for i in range(args.repeat):
+            store.delete_source(small_source)
+            runs["small_write"].append(_run(store, small_source, f"s-{i}", small))
+            runs["small_unchanged"].append(_run(store, small_source, f"s-{i}", small))
+            store.delete_source(args.source)
+            runs["first_write"].append(_run(store, args.source, f"gen-{i}-1", big))
+            runs["unchanged_rewrite"].append(_run(store, args.source, f"gen-{i}-1", big))
+            runs["changed_10pct"].append(_run(store, args.source, f"gen-{i}-2", big2))
+            for k in runs:
+                r = runs[k][-1]
+                print(f"[{i}] {k:20s} {r['projected_relationships']:7d} rels in {r['seconds']:7.3f} s "
+                      f"= {r['rels_per_s']:9.1f} rels/s  written={r.get('written_relationships', '?')} "
+                      f"deleted={r['deleted_nodes']} nodes/{r['deleted_relationships']} rels", flush=True)
         counts = store.counts(args.source)
         marker = store.marker(args.source)
         if not args.keep:
             store.delete_source(args.source)
+            store.delete_source(small_source)
     finally:
         store.close()
         if started_here and not args.keep:
             server.stop()
+        if tmp_home is not None and not args.keep:
+            shutil.rmtree(tmp_home, ignore_errors=True)
 
     result = {
-        "server": "NEO4J_URI" if os.environ.get("NEO4J_URI") else "local",
+        "server": "NEO4J_URI" if os.environ.get("NEO4J_URI") else ("fresh" if args.fresh else "local"),
         "server_start_s": server_start_s if started_here else None,
-        "schema_s": round(schema_s, 2), "batch_size": args.batch,
-        "input": {"nodes": len(nodes), "relationships": len(rels), "chunks": len(chunks)},
-        "runs": {k: {kk: v[kk] for kk in ("seconds", "rels_per_s", "relationships", "deleted_nodes",
-                                          "deleted_relationships", "skipped_relationships")}
-                 for k, v in runs.items()},
+        "schema_first_s": round(schema_first_s, 3), "schema_again_s": round(schema_again_s, 3),
+        "batch_size": store.batch_size, "repeat": args.repeat,
+        "input": {"nodes": len(big[0]), "relationships": len(big[1]), "chunks": len(big[2]),
+                  "small_relationships": len(small[1]), "small_chunks": len(small[2])},
+        "runs": {k: _summary(v) for k, v in runs.items()},
         "final_counts": counts, "marker": marker.__dict__ if marker else None,
     }
+    print(f"schema: first {result['schema_first_s']} s, again {result['schema_again_s']} s")
     for k, v in result["runs"].items():
-        n = sum(v["relationships"].values())
-        print(f"{k:32s} {n:7d} rels in {v['seconds']:7.2f} s = {v['rels_per_s']:9.1f} rels/s"
-              f"  (deleted {v['deleted_nodes']} nodes, {v['deleted_relationships']} rels)")
+        print(f"{k:20s} median {v['median_seconds']:7.3f} s = {v['median_rels_per_s']:9.1f} rels/s")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2, default=str))
