@@ -5,6 +5,8 @@ the interpreter stack in our code (the parser itself may still refuse it; that i
 from __future__ import annotations
 
 import ast
+import bisect
+import warnings
 
 from mtrag_resources.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
 from mtrag_resources.chunking.windows import split_lines
@@ -17,7 +19,9 @@ _TITLE_MAX = 200
 
 def extract_python(file_path: str, text: str, module_qn: str) -> Extraction:
     try:
-        tree = ast.parse(text, filename=file_path)
+        with warnings.catch_warnings():  # `"\d"`-style escapes warn; the code is not ours to lint
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text, filename=file_path)
     except SyntaxError as exc:
         return _fallback(f"{file_path}: SyntaxError line {exc.lineno}: {exc.msg}")
     except (RecursionError, MemoryError, ValueError) as exc:
@@ -52,15 +56,6 @@ def _dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
-def _walk_skipping(roots: list[ast.AST], skip: set[int]):
-    """ast.walk over several roots that does not enter nodes whose id() is in `skip`."""
-    stack = [r for r in reversed(roots) if id(r) not in skip]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(c for c in ast.iter_child_nodes(node) if id(c) not in skip)
-
-
 class _PythonFile:
     def __init__(self, file_path: str, text: str, module_qn: str, tree: ast.Module):
         self.file_path, self.module_qn, self.tree = file_path, module_qn, tree
@@ -70,11 +65,10 @@ class _PythonFile:
     def extract(self) -> Extraction:
         ex = Extraction(module_summary=first_sentence(ast.get_docstring(self.tree) or ""))
         found = self.find_definitions()
-        extracted = {id(node) for node, _, _ in found}
-        for node, qualname, owner in found:
-            ex.definitions.append(self.definition(node, qualname, owner, found, extracted))
-        ex.module_calls = self.calls(list(self.tree.body), extracted)
-        ex.imports = self.imports()
+        ex.definitions = [self.definition(node, qualname, owner, found)
+                          for node, qualname, owner in found]
+        import_nodes = self.collect_calls(ex)
+        ex.imports = self.imports(import_nodes)
         return ex
 
     # -- definitions ---------------------------------------------------------------------
@@ -102,7 +96,7 @@ class _PythonFile:
         return [(node, qualname, index[id(owner)] if owner is not None else None)
                 for node, qualname, owner in raw]
 
-    def definition(self, node, qualname, owner, found, extracted) -> Definition:
+    def definition(self, node, qualname, owner, found) -> Definition:
         start, end = _start_line(node), node.end_lineno
         is_class = isinstance(node, ast.ClassDef)
         in_class = owner is not None and isinstance(found[owner][0], ast.ClassDef)
@@ -116,10 +110,6 @@ class _PythonFile:
             d.outline = self.outline(node)
             d.bases = [(b, line) for b, line in
                        ((_dotted(base), base.lineno) for base in node.bases) if b]
-            # Class-body statements run at definition time; methods own their own calls.
-            d.calls = self.calls([node], extracted - {id(node)})
-        else:
-            d.calls = self.calls([node], set())
         return d
 
     def title(self, node) -> str:
@@ -180,21 +170,43 @@ class _PythonFile:
         end = node.end_col_offset if node.end_lineno == node.lineno else len(line)
         return line[node.col_offset:end].decode("utf-8", "replace").strip()[:120]
 
-    def calls(self, roots: list[ast.AST], skip: set[int]) -> list[tuple[str, int, str]]:
-        """Callee name chains under `roots`, first occurrence of each. A decorator counts as a
-        call of the decorated function (it is one: `f = deco(f)`)."""
-        found: dict[str, tuple[str, int, str]] = {}
-        for node in _walk_skipping(roots, skip):
-            targets = []
+    def collect_calls(self, ex: Extraction) -> list[ast.AST]:
+        """One walk over the tree: every callee name chain goes to the innermost definition
+        whose lines hold it (first occurrence of each), or to the module; class-body code
+        (run at definition time) belongs to the class. A decorator counts as a call of the
+        decorated function (it is one: `f = deco(f)`). Returns the import statements seen."""
+        defs = ex.definitions
+        starts = [d.start_line for d in defs]
+        found: dict[int | None, dict[str, tuple[str, int, str]]] = {}
+        import_nodes = []
+        for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
-                targets.append((node.func, node))
-            if isinstance(node, _DEFS):
-                targets += [(d, d) for d in node.decorator_list if not isinstance(d, ast.Call)]
-            for func, site in targets:
+                sites = [(node.func, node)]
+            elif isinstance(node, _DEFS):
+                sites = [(d, d) for d in node.decorator_list if not isinstance(d, ast.Call)]
+            else:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    import_nodes.append(node)
+                continue
+            for func, site in sites:
                 expr = _dotted(func)
-                if expr and (expr not in found or site.lineno < found[expr][1]):
-                    found[expr] = (expr, site.lineno, self.snippet(site))
-        return sorted(found.values(), key=lambda call: (call[1], call[0]))
+                if not expr:
+                    continue
+                # defs nest by lines, and a definition's container is its owner
+                index = bisect.bisect_right(starts, site.lineno) - 1
+                owner = index if index >= 0 else None
+                while owner is not None and defs[owner].end_line < site.lineno:
+                    owner = defs[owner].owner
+                calls = found.setdefault(owner, {})
+                if expr not in calls or site.lineno < calls[expr][1]:
+                    calls[expr] = (expr, site.lineno, self.snippet(site))
+        for owner, calls in found.items():
+            ordered = sorted(calls.values(), key=lambda call: (call[1], call[0]))
+            if owner is None:
+                ex.module_calls = ordered
+            else:
+                defs[owner].calls = ordered
+        return import_nodes
 
     def package_for(self, level: int) -> str:
         parts = self.module_qn.split(".") if self.module_qn else []
@@ -202,9 +214,9 @@ class _PythonFile:
             parts = parts[:-1]
         return ".".join(parts[: max(0, len(parts) - (level - 1))])
 
-    def imports(self) -> list[dict]:
+    def imports(self, import_nodes: list[ast.AST]) -> list[dict]:
         facts = []
-        for node in ast.walk(self.tree):
+        for node in import_nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     bound = alias.name if alias.asname else alias.name.split(".")[0]

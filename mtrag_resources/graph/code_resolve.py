@@ -17,7 +17,7 @@ _JS = ("javascript", "typescript", "tsx")
 _PY_BUILTINS = set(dir(builtins))
 # An unknown receiver matching more methods than this says nothing about the target.
 _MAX_NAME_CANDIDATES = 5
-_MAX_DEPTH = 12  # re-export / star-import hops followed for one name
+_MAX_HOPS = 64  # re-export / star-import hops followed for one name
 
 
 def resolve_code_graph(source_id: str,
@@ -110,6 +110,8 @@ class _Resolver:
         self.go_used: dict[tuple[str, str], set[str]] = defaultdict(set)  # (module, alias)
         self._canon_memo: dict[str, list[str]] = {}
         self._canon_active: set[str] = set()
+        self._canon_hops = 0
+        self._go_memo: dict[str, list[str]] = {}
         self._suffix_memo: dict[tuple[str, str], list[str]] = {}
         self.module_index = {qn[: -len(".index")]: qn for qn in self.language
                              if qn.endswith(".index") and self.language[qn] in _JS}
@@ -135,13 +137,18 @@ class _Resolver:
     def canon(self, qn: str) -> list[str]:
         """An absolute dotted name -> the in-source symbol it denotes, following re-exports
         (`pkg/__init__.py: from .core import X`), star imports and inherited members.
-        Memoized, and a name already being followed answers [] (import cycles, and star-import
-        chains that would otherwise fan out exponentially)."""
+        Every name is worked out once (memo), and one lookup follows at most _MAX_HOPS names:
+        star imports re-export each other in big packages, and an alias such as
+        `from pkg.x import x` can grow a name at each hop. A name already being followed
+        answers [] (an import cycle)."""
         if qn in self.by_qn:
             return [qn]
         if qn in self._canon_memo:
             return self._canon_memo[qn]
-        if qn in self._canon_active or len(self._canon_active) > _MAX_DEPTH:
+        if not self._canon_active:
+            self._canon_hops = 0
+        self._canon_hops += 1
+        if qn in self._canon_active or self._canon_hops > _MAX_HOPS:
             return []
         self._canon_active.add(qn)
         try:
@@ -167,6 +174,8 @@ class _Resolver:
             if head in self.aliases.get(prefix, {}):
                 return self.canon(".".join([self.aliases[prefix][head], *rest]))
             for star in self.stars.get(prefix, []):
+                if star not in self.by_qn:   # an external module re-exports nothing of ours
+                    continue
                 found = self.canon(".".join([star, head, *rest]))
                 if found:
                     return found
@@ -206,6 +215,11 @@ class _Resolver:
 
     def go_package(self, import_path: str) -> list[str]:
         """Modules of the in-source directory an import path ends with (longest match)."""
+        if import_path not in self._go_memo:
+            self._go_memo[import_path] = self._go_package(import_path)
+        return self._go_memo[import_path]
+
+    def _go_package(self, import_path: str) -> list[str]:
         best = None
         for directory, language in self.package:
             if language == "go" and directory and (
