@@ -20,11 +20,17 @@ PARTITIONED_ASSETS = [raw_source, cas_chunks, canonical_graph, embedding_cache, 
 GLOBAL_ASSETS = [cross_source_links, index_manifest]
 ALL_ASSETS = PARTITIONED_ASSETS + GLOBAL_ASSETS
 
+# Dagster's default automation sensor starts stopped; this one runs by default so that a backfill,
+# the schedule or a sensor-requested rebuild ends in a published generation without a click.
+publish_automation = dg.AutomationConditionSensorDefinition(
+    "publish_automation", target=dg.AssetSelection.assets(cross_source_links, index_manifest),
+    default_status=dg.DefaultSensorStatus.RUNNING)
+
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
     jobs=[build_source_job],
     schedules=[nightly_rebuild],
-    sensors=[sources_sync, source_changes],
+    sensors=[sources_sync, source_changes, publish_automation],
     resources={"mtrag": MtragResource()},
 )

@@ -26,7 +26,7 @@ def index_manifest(context: dg.AssetExecutionContext, mtrag: MtragResource) -> d
     only when every store of every source committed its generation and the gate checks pass, by an
     atomic rename of CURRENT; otherwise CURRENT stays as it was and this step fails."""
     try:
-        result = build_index_manifest(mtrag.settings(), mtrag.specs(), mtrag.embedder(), run_id=context.run_id)
+        result = build_index_manifest(mtrag.settings(), mtrag.specs(), mtrag.embedder(), run_id=context.run.run_id)
     except PublishRefused as exc:
         raise dg.Failure(str(exc), metadata={"failing_checks": len(exc.failures)}) from exc
     return materialize_result(result)

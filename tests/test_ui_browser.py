@@ -1,0 +1,153 @@
+"""The Dagster UI as a maintainer sees it after a build: `dagster dev` (webserver + daemon) on
+127.0.0.1 over the instance a real build used, driven by headless Debian chromium through
+Playwright. Screenshots are kept in the test's tmp_path."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.neo4j
+
+REPO = Path(__file__).resolve().parents[1]
+ASSET_KEYS = ["raw_source", "cas_chunks", "canonical_graph", "embedding_cache", "qdrant_collection", "fts_db",
+              "neo4j_graph", "cross_source_links", "index_manifest"]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOCATION_QUERY = ("{ workspaceOrError { __typename ... on Workspace { locationEntries { name loadStatus "
+                  "locationOrLoadError { __typename ... on PythonError { message } } } } } }")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _graphql(base: str, query: str) -> dict:
+    req = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": query}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.load(resp)
+
+
+def _wait_for_code_location(base: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """/server_info answers before the code location has loaded; wait until it has."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dagster dev exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{base}/server_info", timeout=5):
+                pass
+            entries = _graphql(base, LOCATION_QUERY)["data"]["workspaceOrError"]["locationEntries"]
+            last = entries
+            if entries and all(e["loadStatus"] == "LOADED" for e in entries):
+                errors = [e for e in entries if e["locationOrLoadError"]["__typename"] == "PythonError"]
+                assert not errors, f"code location failed to load: {errors}"
+                return
+        except (OSError, KeyError, TypeError, ValueError):
+            pass
+        time.sleep(1)
+    pytest.fail(f"dagster dev not ready after {timeout}s (locations: {last}):\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def dagster_ui(published, tmp_path_factory):
+    """`dagster dev -w workspace.yaml` on a free loopback port over the published build's
+    instance; the whole process group (webserver, daemon, code servers) is killed afterwards."""
+    assert Path(os.environ["DAGSTER_HOME"]) == published["home"] / "dagster_home"
+    port = _free_port()
+    log = tmp_path_factory.mktemp("dagster_dev") / "dagster_dev.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
+             "-p", str(port)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_for_code_location(base, proc, log)
+        yield base
+    finally:
+        _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    try:  # dagster dev waits for its children; whatever is left of the group goes now
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def page(dagster_ui):
+    from playwright.sync_api import sync_playwright
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup (installs Debian's chromium)")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1600, "height": 1000})
+            pg.set_default_timeout(60_000)
+            # The first visit to a new instance shows a community sign-up dialog over the page.
+            pg.add_locator_handler(pg.get_by_role("button", name="Skip"), lambda skip: skip.click())
+            yield pg
+        finally:
+            browser.close()
+
+
+def test_asset_graph_partitions_and_checks_render(dagster_ui, page, tmp_path):
+    from playwright.sync_api import expect
+
+    # Asset graph, every group expanded: the nine asset keys are nodes of the graph.
+    page.goto(f"{dagster_ui}/asset-groups")
+    page.get_by_role("button", name="settings", exact=True).click()
+    page.get_by_role("menuitem", name="Expand all groups").click()
+    graph = page.locator("svg foreignObject")
+    for key in ASSET_KEYS:
+        expect(graph.get_by_text(key, exact=True)).to_be_visible()
+    page.screenshot(path=tmp_path / "asset_graph.png")
+
+    # One partitioned asset: both source partitions listed and materialized.
+    page.goto(f"{dagster_ui}/assets/cas_chunks?view=partitions")
+    expect(page.get_by_text("Materialized (2)", exact=True)).to_be_visible()
+    expect(page.get_by_text("Missing (0)", exact=True)).to_be_visible()
+    expect(page.get_by_text("Failed (0)", exact=True)).to_be_visible()
+    page.screenshot(path=tmp_path / "cas_chunks_partitions.png")
+    for key in ("shop", "shop-docs"):
+        page.get_by_title(key, exact=True).first.click()
+        expect(page).to_have_url(re.compile(rf"[?&]partition={re.escape(key)}(&|$)"))
+        detail = page.get_by_text("Latest materialization", exact=True)
+        expect(detail).to_be_visible()
+        expect(page.get_by_text("Materialized", exact=True)).to_be_visible()
+        expect(page.get_by_text("chunk_id", exact=True)).to_be_visible()  # the sample table's header
+        page.screenshot(path=tmp_path / f"cas_chunks_{key}.png")
+
+    # Checks of neo4j_graph: both blocking checks listed with a passed latest result.
+    page.goto(f"{dagster_ui}/assets/neo4j_graph?view=checks")
+    rows = page.locator("[class*=checkRow]")
+    for name in ("counts_reconcile", "neo4j_marker_committed"):
+        row = rows.filter(has=page.get_by_title(name, exact=True))
+        expect(row).to_have_count(1)
+        expect(row).to_contain_text("Succeeded")
+        expect(row.locator("[aria-label=check_circle]")).to_be_visible()
+    expect(page.get_by_text("Passed", exact=True).first).to_be_visible()
+    page.screenshot(path=tmp_path / "neo4j_graph_checks.png")
