@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 
 from neo4j import GraphDatabase, RoutingControl
+from neo4j.exceptions import ClientError
 
 from mtrag_resources.models import GraphNode, GraphRelation
 from mtrag_resources.stores.markers import BEGIN, COMMITTED, LINKS_SOURCE, Marker
@@ -184,7 +185,12 @@ class Neo4jStore:
             stmts.append(f"CREATE INDEX mtrag_rel_{low}_rel_id IF NOT EXISTS FOR ()-[r:{t}]-() ON (r.rel_id)")
             stmts.append(f"CREATE INDEX mtrag_rel_{low}_projection IF NOT EXISTS FOR ()-[r:{t}]-() ON (r.projection)")
         for s in stmts:
-            self._write(s)
+            try:
+                self._write(s)
+            except ClientError as exc:
+                # Two partitions building in parallel both found the rule missing; one created it.
+                if exc.code != "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists":
+                    raise
         self._write("CALL db.awaitIndexes(300)")
 
     # ------------------------------------------------------------------------------- markers
