@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 from textwrap import dedent
 
@@ -242,10 +243,10 @@ def test_line_windows_overlap_and_unknown_language():
     assert [c.chunk_type for c in parsed.chunks] == ["file", "window", "window", "window"]
 
 
-CLICK = "/work/main/.venv/lib/python3.11/site-packages/click"
+# click is installed with Dagster (its CLI), so its real source is always here to parse.
+CLICK = os.path.dirname(importlib.util.find_spec("click").origin)
 
 
-@pytest.mark.skipif(not os.path.isdir(CLICK), reason="click is not installed in the venv")
 def test_click_package_parses_cleanly():
     parsed = []
     for path in sorted(glob.glob(f"{CLICK}/*.py")):
