@@ -10,7 +10,9 @@ function) for one source and report relationships per second for
 
 each repeated --repeat times (the source is deleted before every first write); medians are reported.
 rels/s counts every relationship the write leaves projected (HAS_CHUNK included) over the wall time
-of `write_source`, whether the store had to write it or found it unchanged.
+of `write_source`, whether the store had to write it or found it unchanged. Each run also reports the
+CPU seconds of this process and (local server only) of the server, which vary much less than wall
+time on a shared machine.
 
     python bench/neo4j_projection.py [--rels 20000] [--nodes 5000] [--repeat 3] [--fresh] [--out FILE]
 
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mtrag_resources.config import Settings  # noqa: E402
 from mtrag_resources.models import GraphNode, GraphRelation, sha256_hex  # noqa: E402
-from mtrag_resources.neo4j_server import Neo4jServer, neo4j_connection  # noqa: E402
+from mtrag_resources.neo4j_server import Neo4jServer, jit_flags, neo4j_connection  # noqa: E402
 from mtrag_resources.stores.neo4j_store import Neo4jStore  # noqa: E402
 
 
@@ -76,13 +78,29 @@ def synthetic(source_id: str, n_nodes: int, n_rels: int, seed: int, renamed: set
     return nodes, rels, chunks
 
 
-def _run(store: Neo4jStore, source: str, generation: str, graph) -> dict:
+def _server_cpu(pid: int | None) -> float | None:
+    """CPU seconds (all threads) the local server process has used, or None."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _run(store: Neo4jStore, source: str, generation: str, graph, server_pid: int | None = None) -> dict:
+    """One write_source, timed: wall seconds, plus the CPU seconds of this process and of the local
+    server (less noisy than wall time on a shared machine)."""
     nodes, rels, chunks = graph
-    t = time.monotonic()
+    s0, c0, t = _server_cpu(server_pid), time.process_time(), time.monotonic()
     stats = store.write_source(source, generation, nodes, rels, chunks)
     wall = time.monotonic() - t
+    client_cpu, s1 = time.process_time() - c0, _server_cpu(server_pid)
     projected = sum(stats["relationships"].values())
-    out = {"seconds": round(wall, 3), "rels_per_s": round(projected / wall, 1), "projected_relationships": projected}
+    out = {"seconds": round(wall, 3), "rels_per_s": round(projected / wall, 1), "projected_relationships": projected,
+           "client_cpu_s": round(client_cpu, 3),
+           "server_cpu_s": round(s1 - s0, 3) if s0 is not None and s1 is not None else None}
     for k in ("written_relationships", "created_relationships", "updated_relationships", "unchanged_relationships",
               "deleted_nodes", "deleted_relationships", "skipped_relationships", "written_nodes",
               "unchanged_nodes", "transactions"):
@@ -92,9 +110,13 @@ def _run(store: Neo4jStore, source: str, generation: str, graph) -> dict:
 
 
 def _summary(runs: list[dict]) -> dict:
-    return {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 3),
-            "median_rels_per_s": round(statistics.median(r["rels_per_s"] for r in runs), 1),
-            "runs": runs}
+    out = {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 3),
+           "median_rels_per_s": round(statistics.median(r["rels_per_s"] for r in runs), 1),
+           "median_client_cpu_s": round(statistics.median(r["client_cpu_s"] for r in runs), 3)}
+    if all(r["server_cpu_s"] is not None for r in runs):
+        out["median_server_cpu_s"] = round(statistics.median(r["server_cpu_s"] for r in runs), 3)
+    out["runs"] = runs
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             started_here = True
     server_start_s = round(time.monotonic() - t0, 2)
 
+    server_pid = None if os.environ.get("NEO4J_URI") else server._pid()
     kwargs = {"batch_size": args.batch} if args.batch else {}
     store = Neo4jStore(uri, user, password, **kwargs)
     small_source = args.source + "-small"
@@ -149,17 +172,18 @@ def main(argv: list[str] | None = None) -> int:
         small = synthetic(small_source, args.small_nodes, args.small_rels, seed=3)
         for i in range(args.repeat):
             store.delete_source(small_source)
-            runs["small_write"].append(_run(store, small_source, f"s-{i}", small))
-            runs["small_unchanged"].append(_run(store, small_source, f"s-{i}", small))
+            runs["small_write"].append(_run(store, small_source, f"s-{i}", small, server_pid))
+            runs["small_unchanged"].append(_run(store, small_source, f"s-{i}", small, server_pid))
             store.delete_source(args.source)
-            runs["first_write"].append(_run(store, args.source, f"gen-{i}-1", big))
-            runs["unchanged_rewrite"].append(_run(store, args.source, f"gen-{i}-1", big))
-            runs["changed_10pct"].append(_run(store, args.source, f"gen-{i}-2", big2))
+            runs["first_write"].append(_run(store, args.source, f"gen-{i}-1", big, server_pid))
+            runs["unchanged_rewrite"].append(_run(store, args.source, f"gen-{i}-1", big, server_pid))
+            runs["changed_10pct"].append(_run(store, args.source, f"gen-{i}-2", big2, server_pid))
             for k in runs:
                 r = runs[k][-1]
                 print(f"[{i}] {k:20s} {r['projected_relationships']:7d} rels in {r['seconds']:7.3f} s "
                       f"= {r['rels_per_s']:9.1f} rels/s  written={r.get('written_relationships', '?')} "
-                      f"deleted={r['deleted_nodes']} nodes/{r['deleted_relationships']} rels", flush=True)
+                      f"deleted={r['deleted_nodes']} nodes/{r['deleted_relationships']} rels  "
+                      f"cpu client {r['client_cpu_s']:.2f} s server {r['server_cpu_s']} s", flush=True)
         counts = store.counts(args.source)
         marker = store.marker(args.source)
         if not args.keep:
@@ -175,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "server": "NEO4J_URI" if os.environ.get("NEO4J_URI") else ("fresh" if args.fresh else "local"),
         "server_start_s": server_start_s if started_here else None,
+        "server_jit_flags": jit_flags() if started_here else None,
         "schema_first_s": round(schema_first_s, 3), "schema_again_s": round(schema_again_s, 3),
         "batch_size": store.batch_size, "repeat": args.repeat,
         "input": {"nodes": len(big[0]), "relationships": len(big[1]), "chunks": len(big[2]),
@@ -184,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"schema: first {result['schema_first_s']} s, again {result['schema_again_s']} s")
     for k, v in result["runs"].items():
-        print(f"{k:20s} median {v['median_seconds']:7.3f} s = {v['median_rels_per_s']:9.1f} rels/s")
+        print(f"{k:20s} median {v['median_seconds']:7.3f} s = {v['median_rels_per_s']:9.1f} rels/s  "
+              f"(cpu: client {v['median_client_cpu_s']:.2f} s, server {v.get('median_server_cpu_s')} s)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2, default=str))

@@ -14,7 +14,12 @@ Bolt listens on 127.0.0.1 only, HTTP/HTTPS are off, auth is off, usage reporting
 `NEO4J_PASSWORD`) when set, else the local server's Bolt URI.
 
 Environment knobs: MTRAG_JAVA (java binary), JAVA_HOME, MTRAG_MVN (maven binary),
-MTRAG_NEO4J_VERSION, MTRAG_NEO4J_CACHE, MTRAG_NEO4J_HEAP (default 512m), MTRAG_NEO4J_BOLT_PORT.
+MTRAG_NEO4J_VERSION, MTRAG_NEO4J_CACHE, MTRAG_NEO4J_HEAP (default 512m), MTRAG_NEO4J_BOLT_PORT,
+MTRAG_NEO4J_JIT (`tiered`, the default: the JVM's two JIT compilers; `c1`: the quick one only. On a
+loaded 2-CPU machine `c1` made a fresh server's first writes 1.5-2x faster, since the optimizing
+compiler's threads compete with the queries for the cores; but on a quiet one it made every later
+write ~1.5x slower: bench/neo4j_projection.py small write 0.60 s vs 0.38 s, first write 3.4k vs
+5.8k rels/s).
 """
 from __future__ import annotations
 
@@ -64,6 +69,16 @@ JVM_FLAGS = [
     "--add-opens=java.base/sun.net.dns=ALL-UNNAMED",
     "--enable-native-access=ALL-UNNAMED",
 ]
+
+
+def jit_flags() -> list[str]:
+    """JIT compiler flags (see MTRAG_NEO4J_JIT in the module docstring)."""
+    mode = (os.environ.get("MTRAG_NEO4J_JIT") or "tiered").strip().lower()
+    if mode == "c1":
+        return ["-XX:TieredStopAtLevel=1"]
+    if mode == "tiered":
+        return []
+    raise Neo4jServerError(f"MTRAG_NEO4J_JIT={mode!r}: expected 'c1' or 'tiered'")
 
 
 class Neo4jServerError(RuntimeError):
@@ -314,7 +329,7 @@ internal.dbms.bolt.netty_server_shutdown_timeout=2
         self.conf_file.write_text(conf)
 
     def command(self, lib: Path) -> list[str]:
-        return [find_java(), f"-Xms{min_heap(self.heap)}", f"-Xmx{self.heap}", *JVM_FLAGS,
+        return [find_java(), f"-Xms{min_heap(self.heap)}", f"-Xmx{self.heap}", *JVM_FLAGS, *jit_flags(),
                 "-cp", f"{lib}/*", MAIN_CLASS, f"--home-dir={self.home}",
                 f"--config-dir={self.home / 'conf'}", "--console-mode"]
 

@@ -122,6 +122,86 @@ def test_label_change_and_moved_rel_id(neo4j_store, sid):
     assert neo4j_store.counts(sid)["relationships"]["CALLS"] == 1
 
 
+def test_rewrite_touches_only_what_changed(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid, names=("a", "b", "c", "d"))
+    first = neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    assert first["written_relationships"] == 11 and first["written_nodes"] == 9
+    assert first["created_relationships"] == {"DEFINES": 4, "CALLS": 3, "HAS_CHUNK": 4}
+    expected = neo4j_store.counts(sid)
+
+    # unchanged input (even under a new generation): nothing written, nothing deleted, one read
+    same = neo4j_store.write_source(sid, "g2", nodes, rels, chunks)
+    assert same["written_relationships"] == 0 and same["written_nodes"] == 0
+    assert same["created_relationships"] == {} and same["updated_relationships"] == {}
+    assert same["unchanged_relationships"] == {"DEFINES": 4, "CALLS": 3, "HAS_CHUNK": 4}
+    assert same["unchanged_nodes"] == 9 and same["transactions"] == 0
+    assert same["deleted_nodes"] == 0 and same["deleted_relationships"] == 0
+    assert same["relationships"] == first["relationships"]
+    assert neo4j_store.counts(sid) == expected
+    m = neo4j_store.marker(sid)
+    assert (m.generation, m.state) == ("g2", COMMITTED)
+
+    # one relation changes its evidence, one is added, one disappears, one node moves
+    calls = {r.rel_id: r for r in rels if r.rel_type == "CALLS"}
+    changed = calls[f"{sid}:CALLS:a->b"]
+    changed.evidence_start = changed.evidence_end = 42
+    rels = [r for r in rels if r.rel_id != f"{sid}:CALLS:c->d"] + [rel(sid, "CALLS", "d", "a")]
+    nodes[1].start_line = 99  # function a
+    stats = neo4j_store.write_source(sid, "g3", nodes, rels, chunks)
+    assert stats["created_relationships"] == {"CALLS": 1}
+    assert stats["updated_relationships"] == {"CALLS": 1}
+    assert stats["written_relationships"] == 2
+    assert stats["unchanged_relationships"] == {"DEFINES": 4, "CALLS": 1, "HAS_CHUNK": 4}
+    assert stats["deleted_relationships"] == 1 and stats["deleted_nodes"] == 0
+    assert stats["written_nodes"] == 1 and stats["unchanged_nodes"] == 8
+    assert stats["relationships"] == {"DEFINES": 4, "CALLS": 3, "HAS_CHUNK": 4}
+    assert neo4j_store.counts(sid) == expected
+    [p] = neo4j_store.paths([f"{sid}:a"], [f"{sid}:b"], rel_types=["CALLS"])
+    assert p["edges"][0]["evidence"]["start_line"] == 42 and p["nodes"][0]["start_line"] == 99
+    assert [ids(p) for p in neo4j_store.paths([f"{sid}:d"], [f"{sid}:a"], rel_types=["CALLS"])] == [["d", "a"]]
+    assert neo4j_store.paths([f"{sid}:c"], [f"{sid}:d"], rel_types=["CALLS"]) == []
+
+    # a row without a digest (written by an older version, or edited by hand) is rewritten
+    neo4j_store._write("MATCH ()-[r:DEFINES {rel_id: $rid}]->() REMOVE r.digest", rid=f"{sid}:DEFINES:mod->a")
+    neo4j_store._write("MATCH (n:Entity {node_id: $nid}) REMOVE n.digest", nid=f"{sid}:b")
+    stats = neo4j_store.write_source(sid, "g3", nodes, rels, chunks)
+    assert stats["updated_relationships"] == {"DEFINES": 1} and stats["created_relationships"] == {}
+    assert stats["written_nodes"] == 1 and stats["deleted_relationships"] == 0
+    assert neo4j_store.counts(sid) == expected
+    again = neo4j_store.write_source(sid, "g3", nodes, rels, chunks)
+    assert again["written_relationships"] == 0 and again["written_nodes"] == 0
+
+
+def test_links_rewrite_only_what_changed(neo4j_store, sid):
+    code_sid, docs_sid = sid, sid + "-docs"
+    try:
+        nodes, rels, chunks = code_graph(code_sid, names=("a", "b"))
+        neo4j_store.write_source(code_sid, "g1", nodes, rels, chunks)
+        page = GraphNode(node_id=f"{docs_sid}:page", label="Page", name="p", qualified_name="p", source_id=docs_sid)
+        neo4j_store.write_source(docs_sid, "d1", [page], [], [])
+        links = [GraphRelation(rel_id=f"{sid}-l-{n}", rel_type="MENTIONS", src_id=page.node_id,
+                               dst_id=f"{code_sid}:{n}", evidence_file="docs/p.rst", evidence_hash="h",
+                               source_id=docs_sid) for n in ("a", "b")]
+        assert neo4j_store.write_links("L1", links)["created_relationships"] == {"MENTIONS": 2}
+        same = neo4j_store.write_links("L1", links)
+        assert same["written_relationships"] == 0 and same["unchanged_relationships"] == {"MENTIONS": 2}
+        # the code source drops b: its DETACH DELETE takes the link to b along; the next links
+        # write notices it is gone and tries again (b is missing now: skipped and counted)
+        nodes2, rels2, chunks2 = code_graph(code_sid, names=("a",))
+        neo4j_store.write_source(code_sid, "g2", nodes2, rels2, chunks2)
+        again = neo4j_store.write_links("L1", links)
+        assert again["skipped_relationships"] == {"MENTIONS": 1} and again["written_relationships"] == 0
+        assert again["relationships"] == {"MENTIONS": 1}
+        # b comes back: the link is created again
+        neo4j_store.write_source(code_sid, "g3", nodes, rels, chunks)
+        back = neo4j_store.write_links("L1", links)
+        assert back["created_relationships"] == {"MENTIONS": 1} and back["unchanged_relationships"] == {"MENTIONS": 1}
+        assert neo4j_store.counts(LINKS_SOURCE)["relationships"] == {"MENTIONS": 2}
+    finally:
+        neo4j_store.delete_source(docs_sid)
+        neo4j_store.delete_source(LINKS_SOURCE)
+
+
 def test_missing_endpoint_is_skipped_and_counted(neo4j_store, sid):
     nodes, rels, chunks = code_graph(sid, names=("a", "b"))
     rels.append(rel(sid, "CALLS", "a", "nowhere"))
@@ -157,11 +237,11 @@ def test_failed_write_leaves_begin_then_converges(neo4j_store, sid, monkeypatch)
     calls = {"n": 0}
     real = Neo4jStore._run_batch
 
-    def flaky(self, query, rows, **params):
+    def flaky(self, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] > 3:
             raise RuntimeError("injected failure after 3 batches")
-        return real(self, query, rows, **params)
+        return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Neo4jStore, "_run_batch", flaky)
     with pytest.raises(RuntimeError, match="injected"):
@@ -176,6 +256,8 @@ def test_failed_write_leaves_begin_then_converges(neo4j_store, sid, monkeypatch)
     assert neo4j_store.counts(sid) == expected  # same shape: d replaced by e
     assert neo4j_store.resolve_anchors([f"{sid}:d"]) == []
     assert neo4j_store.resolve_anchors([f"{sid}:e"])
+    again = small.write_source(sid, "g2", nodes2, rels2, chunks2)  # converged: nothing left to write
+    assert again["written_relationships"] == 0 and again["written_nodes"] == 0 and again["transactions"] == 0
 
 
 # --------------------------------------------------------------------------------------- queries

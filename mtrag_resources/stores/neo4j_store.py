@@ -8,27 +8,36 @@ Model:
 - every entity node has the label `Entity` plus its specific label; `node_id` is unique.
 - one `:Chunk:Entity` node per chunk (`node_id = "chunk:" + chunk_id`, no text), linked
   `(entity)-[:HAS_CHUNK]->(chunk)` for each entity whose `chunk_id` matches.
-- relationships are MERGEd by `rel_id` between their endpoints and carry confidence + evidence.
+- relationships are identified by `rel_id` (and their type and endpoints) and carry confidence +
+  evidence.
 - ownership: nodes belong to their `source_id`; relationships carry `projection`, the marker key
   of the write that owns them (the source id, or `__links__` for cross-source links), so stale
   removal of one projection never touches another's relationships.
-- every write stamps `generation` and a fresh `write_id`; after the MERGE phase, everything the
-  projection owns with another `write_id` is deleted. So a rerun with the same generation converges
-  too, even after a half-finished write.
-- `(:ProjectionMarker {source_id, generation, state})` brackets each write: 'begin' first,
-  'committed' only after the stale removal.
+- every node and relationship carries `digest`, a 64-bit hash of everything written for it (label
+  or type, endpoints, properties). A write reads the ids and digests its projection holds (one
+  query), then writes only the difference: stale relationships deleted by rel_id and stale nodes
+  by node_id (DETACH), new and changed nodes MERGEd by node_id (`SET n = {...}`), new relationships
+  CREATEd, changed ones deleted and created again; unchanged rows are not touched, so an unchanged
+  rewrite costs one read. The diff is taken against the graph as it is, so a rerun converges after
+  a half-finished write too.
+- the difference goes as list rows in UNWIND statements of STATEMENT_ROWS rows, pipelined, in
+  transactions of at most `batch_size` rows.
+- `(:ProjectionMarker {source_id, generation, state})` brackets each write: 'begin' first (committed
+  by the transaction that reads the projection), 'committed' by the last batch's transaction (or
+  right after the read when nothing changed).
 """
 from __future__ import annotations
 
+from hashlib import blake2b as _blake2b
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 from neo4j import GraphDatabase, RoutingControl
 from neo4j.exceptions import ClientError
 
+from mtrag_resources.faults import fault_point
 from mtrag_resources.models import GraphNode, GraphRelation
 from mtrag_resources.stores.markers import BEGIN, COMMITTED, LINKS_SOURCE, Marker
 
@@ -41,17 +50,27 @@ BRIDGE_TYPES = ("MENTIONS", "IMPLEMENTS")
 DIRECTIONS = ("out", "in", "both")
 VERIFIED = "VERIFIED"
 
-BATCH_SIZE = 2000
+BATCH_SIZE = 20000      # rows per write transaction
+STATEMENT_ROWS = 2000   # rows per UNWIND statement; a transaction's statements are pipelined
 DELETE_BATCH = 10000
 
-NODE_PROPS = ("node_id", "name", "qualified_name", "source_id", "file_path", "start_line", "end_line",
-              "chunk_id", "content_hash")
-CHUNK_PROPS = ("chunk_id", "source_id", "role", "chunk_type", "file_path", "symbol", "title",
-               "start_line", "end_line", "parent_id")
-REL_PROPS = ("rel_id", "confidence", "candidates", "evidence_file", "evidence_start", "evidence_end",
-             "evidence_hash", "evidence_text", "source_id")
+# What a row sends, in order (rows go as lists, not maps: half the encoding work on both ends).
+# Constant values (the source id of nodes, a relationship's projection) go as parameters.
+NODE_FIELDS = ("node_id", "name", "qualified_name", "file_path", "start_line", "end_line", "chunk_id",
+               "content_hash")
+CHUNK_FIELDS = ("node_id", "chunk_id", "role", "chunk_type", "file_path", "symbol", "title", "start_line",
+                "end_line", "parent_id", "name")
+REL_FIELDS = ("rel_id", "confidence", "candidates", "evidence_file", "evidence_start", "evidence_end",
+              "evidence_hash", "evidence_text", "source_id")  # after src_id, dst_id
 
 CHUNK_NODE_PREFIX = "chunk:"
+
+# The write path's queries have one sensible plan each, pinned by `USING INDEX SEEK` hints (left
+# a choice, the planner was seen scanning the whole node_id index once per row, or seeking the
+# projection index and filtering every edge of the projection once per row: seconds to minutes),
+# so they also keep the plan they got: a replan (Neo4j replans when the statistics drift, i.e. all
+# the time while a graph is being built) costs up to seconds of CPU and could only pick a worse plan.
+_KEEP_PLAN = "CYPHER replan=skip "
 
 
 def chunk_node_id(chunk_id: str) -> str:
@@ -97,9 +116,31 @@ def check_hops(max_hops: int, hard_max_hops: int) -> int:
     return min(max_hops, hard_max_hops)
 
 
-def _batches(rows: list, size: int) -> Iterable[list]:
-    for i in range(0, len(rows), size):
-        yield rows[i:i + size]
+def _digest(kind: str, row: list) -> int:
+    """A stable, non-zero, signed 64-bit digest of a row of plain values (str, int, float, bool,
+    None, lists of them) and what it is written as (label or type, owner)."""
+    d = int.from_bytes(_blake2b((kind + repr(row)).encode(), digest_size=8).digest(), "big", signed=True)
+    return d or 1  # 0 stands for "no digest" (a row an older version of this module wrote)
+
+
+@dataclass
+class _WriteStats:
+    """What the write transactions of one projection write did."""
+    created: Counter = field(default_factory=Counter)    # relationships by type, new rel_id
+    updated: Counter = field(default_factory=Counter)    # relationships by type, rel_id replaced
+    attempted: Counter = field(default_factory=Counter)  # relationship rows sent, by type
+    deleted_rels: int = 0
+    deleted_nodes: int = 0
+    written_nodes: int = 0
+    transactions: int = 0
+
+
+def _props_map(fields: Sequence[str], const: dict[str, str], offset: int = 0) -> str:
+    """`{field: row[i], ..., const: $param, digest: row[last]}`: the property map of a list row."""
+    items = [f"{f}: row[{i + offset}]" for i, f in enumerate(fields)]
+    items += [f"{k}: {v}" for k, v in const.items()]
+    items.append(f"digest: row[{len(fields) + offset}]")
+    return "{" + ", ".join(items) + "}"
 
 
 # A node's specific label, as a Cypher expression (labels(n) minus Entity).
@@ -118,12 +159,14 @@ class Neo4jStore:
     """Owns one driver. Write methods are idempotent and marker-bracketed; read methods are read-only."""
 
     def __init__(self, uri: str, user: str | None = None, password: str | None = None,
-                 database: str | None = None, batch_size: int = BATCH_SIZE):
+                 database: str | None = None, batch_size: int = BATCH_SIZE, **driver_config):
+        """`driver_config`: extra neo4j driver settings (a reader passes short retry times)."""
         auth = (user, password or "") if user else None
         self.uri = uri
         self.database = database
-        self.batch_size = batch_size
-        self._driver = GraphDatabase.driver(uri, auth=auth)
+        self.batch_size = max(1, int(batch_size))
+        # no server notifications: they only warn about property keys a fresh database lacks yet
+        self._driver = GraphDatabase.driver(uri, auth=auth, notifications_min_severity="OFF", **driver_config)
 
     def close(self) -> None:
         self._driver.close()
@@ -145,20 +188,19 @@ class Neo4jStore:
                                                    routing_=RoutingControl.WRITE)
         return [r.data() for r in records]
 
-    def _run_batch(self, query: str | tuple[str, ...], rows: list[dict], **params) -> list[dict]:
-        """One UNWIND batch in its own (retried) write transaction; a tuple of statements runs in
-        that one transaction, and the last one's records are returned. Tests patch this to inject
-        failures."""
-        queries = (query,) if isinstance(query, str) else tuple(query)
+    def _session(self):
+        return self._driver.session(database=self.database)
 
+    def _run_batch(self, session, statements: list[tuple[str, dict]]) -> list:
+        """One write transaction (retried by the driver on transient errors) running `statements`
+        in order, pipelined: each statement is sent before the earlier ones' results are awaited,
+        so the client encodes the next batch while the server runs the previous one. Returns each
+        statement's summary counters. Tests patch this to inject failures."""
         def work(tx):
-            out: list[dict] = []
-            for q in queries:
-                out = [r.data() for r in tx.run(q, rows=rows, **params)]
-            return out
+            results = [tx.run(query, params) for query, params in statements]
+            return [r.consume().counters for r in results]
 
-        with self._driver.session(database=self.database) as session:
-            return session.execute_write(work)
+        return session.execute_write(work)
 
     def _delete_loop(self, query: str, **params) -> int:
         """Run a `... WITH x LIMIT $limit DELETE x RETURN count(*) AS n` query until it deletes nothing."""
@@ -170,34 +212,57 @@ class Neo4jStore:
                 return total
 
     # -------------------------------------------------------------------------------- schema
-    def ensure_schema(self) -> None:
-        stmts = [
-            "CREATE CONSTRAINT mtrag_entity_node_id IF NOT EXISTS FOR (n:Entity) REQUIRE n.node_id IS UNIQUE",
-            "CREATE CONSTRAINT mtrag_marker_source IF NOT EXISTS FOR (m:ProjectionMarker) REQUIRE m.source_id IS UNIQUE",
-            "CREATE INDEX mtrag_entity_name IF NOT EXISTS FOR (n:Entity) ON (n.name)",
-            "CREATE INDEX mtrag_entity_qualified_name IF NOT EXISTS FOR (n:Entity) ON (n.qualified_name)",
-            "CREATE INDEX mtrag_entity_source_id IF NOT EXISTS FOR (n:Entity) ON (n.source_id)",
-            "CREATE INDEX mtrag_chunk_chunk_id IF NOT EXISTS FOR (c:Chunk) ON (c.chunk_id)",
-        ]
+    @staticmethod
+    def _schema_statements() -> dict[str, str]:
+        stmts = {
+            "mtrag_entity_node_id": "CREATE CONSTRAINT mtrag_entity_node_id IF NOT EXISTS "
+                                    "FOR (n:Entity) REQUIRE n.node_id IS UNIQUE",
+            "mtrag_marker_source": "CREATE CONSTRAINT mtrag_marker_source IF NOT EXISTS "
+                                   "FOR (m:ProjectionMarker) REQUIRE m.source_id IS UNIQUE",
+            "mtrag_entity_name": "CREATE INDEX mtrag_entity_name IF NOT EXISTS FOR (n:Entity) ON (n.name)",
+            "mtrag_entity_qualified_name": "CREATE INDEX mtrag_entity_qualified_name IF NOT EXISTS "
+                                           "FOR (n:Entity) ON (n.qualified_name)",
+            "mtrag_entity_source_id": "CREATE INDEX mtrag_entity_source_id IF NOT EXISTS FOR (n:Entity) ON (n.source_id)",
+            "mtrag_chunk_chunk_id": "CREATE INDEX mtrag_chunk_chunk_id IF NOT EXISTS FOR (c:Chunk) ON (c.chunk_id)",
+        }
         for t in ALLOWED_REL_TYPES:
             t = check_rel_type(t)
             low = t.lower()
-            stmts.append(f"CREATE INDEX mtrag_rel_{low}_rel_id IF NOT EXISTS FOR ()-[r:{t}]-() ON (r.rel_id)")
-            stmts.append(f"CREATE INDEX mtrag_rel_{low}_projection IF NOT EXISTS FOR ()-[r:{t}]-() ON (r.projection)")
-        for s in stmts:
+            stmts[f"mtrag_rel_{low}_rel_id"] = (f"CREATE INDEX mtrag_rel_{low}_rel_id IF NOT EXISTS "
+                                                f"FOR ()-[r:{t}]-() ON (r.rel_id)")
+            stmts[f"mtrag_rel_{low}_projection"] = (f"CREATE INDEX mtrag_rel_{low}_projection IF NOT EXISTS "
+                                                    f"FOR ()-[r:{t}]-() ON (r.projection)")
+        return stmts
+
+    def ensure_schema(self) -> dict:
+        """Create the constraints and indexes that are missing and wait until they are online. One
+        `SHOW INDEXES` when everything exists already (a constraint's backing index has its name)."""
+        stmts = self._schema_statements()
+        rows = self._read("SHOW INDEXES YIELD name, state RETURN name, state")
+        state = {r["name"]: r["state"] for r in rows}
+        missing = [name for name in stmts if name not in state]
+        for name in missing:
             try:
-                self._write(s)
+                self._write(stmts[name])
             except ClientError as exc:
                 # Two partitions building in parallel both found the rule missing; one created it.
                 if exc.code != "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists":
                     raise
-        self._write("CALL db.awaitIndexes(300)")
+        if missing or any(state.get(name) != "ONLINE" for name in stmts):
+            self._write("CALL db.awaitIndexes(300)")
+        self._schema_ok = True
+        return {"created": missing}
 
     # ------------------------------------------------------------------------------- markers
-    def _set_marker(self, source_id: str, generation: str, state: str) -> None:
-        self._write("MERGE (m:ProjectionMarker {source_id: $sid}) "
-                    "SET m.generation = $gen, m.state = $state, m.updated_at = datetime()",
-                    sid=source_id, gen=generation, state=state)
+    _MARKER = (_KEEP_PLAN + "MERGE (m:ProjectionMarker {source_id: $sid}) "
+               "SET m.generation = $gen, m.state = $state, m.updated_at = datetime()")
+
+    def _set_marker(self, source_id: str, generation: str, state: str, session=None) -> None:
+        params = {"sid": source_id, "gen": generation, "state": state}
+        if session is None:
+            self._write(self._MARKER, **params)
+        else:
+            session.execute_write(lambda tx: tx.run(self._MARKER, params).consume())
 
     def marker(self, source_id: str) -> Marker | None:
         rows = self._read("MATCH (m:ProjectionMarker {source_id: $sid}) "
@@ -214,162 +279,277 @@ class Neo4jStore:
     def write_source(self, source_id: str, generation: str, nodes: list[GraphNode],
                      relations: list[GraphRelation], chunks: list[dict],
                      progress: Callable[[str, int], None] | None = None) -> dict:
-        """Project one source: marker 'begin', MERGE nodes / chunk nodes / HAS_CHUNK / relations in
-        UNWIND batches, delete what this source owns from any other write, marker 'committed'."""
+        """Project one source: marker 'begin', read the ids + digests the source has in the graph,
+        delete the stale ones, write the new and changed nodes / chunk nodes / HAS_CHUNK / relations
+        (unchanged ones are not touched), marker 'committed'. The stats: `relationships` (by type)
+        and `nodes` (by label) are what the source holds after the write; `written_relationships`,
+        `created_relationships`, `updated_relationships`, `unchanged_relationships`,
+        `written_nodes`, `unchanged_nodes`, `deleted_*` and `transactions` what the write did."""
         if not source_id or source_id == LINKS_SOURCE:
             raise ValueError(f"invalid source id {source_id!r}")
         t0 = time.monotonic()
-        write_id = uuid.uuid4().hex
-        stamp = {"generation": generation, "write_id": write_id}
-
         # validate and shape everything before touching the database
-        node_rows: dict[str, list[dict]] = defaultdict(list)
-        has_chunk_rows: list[dict] = []
+        node_rows: dict[str, tuple[str, list]] = {}  # node_id -> (label, row); the last one wins, as MERGE did
+        has_chunk: list[GraphRelation] = []
+        by_label: Counter = Counter()
         for n in nodes:
             label = check_label(n.label)
             if n.source_id and n.source_id != source_id:
                 raise ValueError(f"node {n.node_id!r} has source_id {n.source_id!r}, not {source_id!r}")
-            props = {k: getattr(n, k) for k in NODE_PROPS}
-            props.update(source_id=source_id, **stamp)
-            node_rows[label].append(props)
+            if not n.node_id:
+                raise ValueError(f"node without node_id: {asdict(n)!r}")
+            row = [n.node_id, n.name, n.qualified_name, n.file_path, n.start_line, n.end_line, n.chunk_id,
+                   n.content_hash]
+            row.append(_digest(f"{label}\x00{source_id}\x00", row))
+            node_rows[n.node_id] = (label, row)
+            by_label[label] += 1
             if n.chunk_id:
-                has_chunk_rows.append({"node_id": n.node_id, "chunk_node_id": chunk_node_id(n.chunk_id),
-                                       "rel_id": f"has_chunk:{n.node_id}", "source_id": source_id,
-                                       "projection": source_id, **stamp})
-        chunk_rows = []
+                has_chunk.append(GraphRelation(rel_id=f"has_chunk:{n.node_id}", rel_type="HAS_CHUNK",
+                                               src_id=n.node_id, dst_id=chunk_node_id(n.chunk_id),
+                                               confidence=VERIFIED, evidence_file=None,
+                                               evidence_start=None, evidence_end=None, evidence_hash=None,
+                                               evidence_text=None, source_id=source_id))
+        n_chunks = 0
         for c in chunks:
-            row = {k: c.get(k) for k in CHUNK_PROPS}
-            if not row["chunk_id"]:
+            chunk_id = c.get("chunk_id")
+            if not chunk_id:
                 raise ValueError(f"chunk without chunk_id: {c!r}")
-            if row["source_id"] and row["source_id"] != source_id:
-                raise ValueError(f"chunk {row['chunk_id']!r} has source_id {row['source_id']!r}, not {source_id!r}")
-            row.update(node_id=chunk_node_id(row["chunk_id"]), name=row["title"] or row["symbol"],
-                       source_id=source_id, **stamp)
-            chunk_rows.append(row)
-        rel_rows = self._rel_rows(relations, source_id, stamp, default_source=source_id)
+            if c.get("source_id") and c["source_id"] != source_id:
+                raise ValueError(f"chunk {chunk_id!r} has source_id {c['source_id']!r}, not {source_id!r}")
+            nid = chunk_node_id(chunk_id)
+            row = [nid] + [c.get(k) for k in CHUNK_FIELDS[1:-1]] + [c.get("title") or c.get("symbol")]
+            row.append(_digest(f"Chunk\x00{source_id}\x00", row))
+            node_rows[nid] = ("Chunk", row)
+            n_chunks += 1
+        rel_rows = self._rel_rows(relations, source_id, default_source=source_id)
+        for key, edges in self._rel_rows(has_chunk, source_id, default_source=source_id).items():
+            rel_rows.setdefault(key, {}).update(edges)
 
-        self._set_marker(source_id, generation, BEGIN)
-        stats_nodes: Counter = Counter()
-        for label, rows in node_rows.items():
-            for batch in _batches(rows, self.batch_size):
-                self._merge_nodes(label, batch)
-                stats_nodes[label] += len(batch)
-                if progress:
-                    progress(label, len(batch))
-        for batch in _batches(chunk_rows, self.batch_size):
-            self._merge_nodes("Chunk", batch)
-            if progress:
-                progress("Chunk", len(batch))
-        has_chunk = 0
-        for batch in _batches(has_chunk_rows, self.batch_size):
-            has_chunk += self._merge_has_chunk(batch)
-        rel_stats, skipped = self._merge_relations(rel_rows, progress)
-        if has_chunk:
-            rel_stats["HAS_CHUNK"] = has_chunk
-        skipped["HAS_CHUNK"] = len(has_chunk_rows) - has_chunk
-
-        deleted_rels = self._delete_stale_rels(source_id, write_id)
-        deleted_nodes = self._delete_loop(
-            "MATCH (n:Entity) WHERE n.source_id = $sid AND n.write_id <> $wid "
-            "WITH n LIMIT $limit DETACH DELETE n RETURN count(*) AS n", sid=source_id, wid=write_id)
-        self._set_marker(source_id, generation, COMMITTED)
+        stats = self._project(source_id, generation, node_rows, rel_rows, progress)
         seconds = time.monotonic() - t0
-        n_rels = sum(rel_stats.values())
-        return {
-            "source_id": source_id, "generation": generation,
-            "nodes": dict(stats_nodes), "chunks": len(chunk_rows),
-            "relationships": dict(rel_stats),
-            "skipped_relationships": {k: v for k, v in skipped.items() if v},
-            "deleted_nodes": deleted_nodes, "deleted_relationships": deleted_rels,
-            "seconds": round(seconds, 3), "rels_per_s": round(n_rels / seconds, 1) if seconds > 0 else None,
-        }
+        n_rels = sum(stats["relationships"].values())
+        return {"source_id": source_id, "generation": generation,
+                "nodes": dict(by_label), "chunks": n_chunks, **stats,
+                "seconds": round(seconds, 3), "rels_per_s": round(n_rels / seconds, 1) if seconds > 0 else None}
 
     def write_links(self, generation: str, links: list[GraphRelation],
                     progress: Callable[[str, int], None] | None = None) -> dict:
         """Project the cross-source links (doc -> code MENTIONS / IMPLEMENTS, ...) under the marker
         `__links__`. Endpoints are existing node ids (chunk nodes "chunk:<id>", Section nodes, code
-        entities); a link whose endpoint is missing is skipped and counted."""
+        entities); a link whose endpoint is missing is skipped and counted (and tried again by the
+        next write)."""
         t0 = time.monotonic()
-        write_id = uuid.uuid4().hex
-        stamp = {"generation": generation, "write_id": write_id}
-        rel_rows = self._rel_rows(links, LINKS_SOURCE, stamp, default_source="")
-        self._set_marker(LINKS_SOURCE, generation, BEGIN)
-        rel_stats, skipped = self._merge_relations(rel_rows, progress)
-        deleted = self._delete_stale_rels(LINKS_SOURCE, write_id)
-        self._set_marker(LINKS_SOURCE, generation, COMMITTED)
+        rel_rows = self._rel_rows(links, LINKS_SOURCE, default_source="")
+        stats = self._project(LINKS_SOURCE, generation, None, rel_rows, progress)
+        for k in ("written_nodes", "unchanged_nodes", "deleted_nodes"):
+            stats.pop(k)
         seconds = time.monotonic() - t0
-        n_rels = sum(rel_stats.values())
-        return {
-            "source_id": LINKS_SOURCE, "generation": generation, "relationships": dict(rel_stats),
-            "skipped_relationships": {k: v for k, v in skipped.items() if v},
-            "deleted_relationships": deleted, "seconds": round(seconds, 3),
-            "rels_per_s": round(n_rels / seconds, 1) if seconds > 0 else None,
-        }
+        n_rels = sum(stats["relationships"].values())
+        return {"source_id": LINKS_SOURCE, "generation": generation, **stats, "seconds": round(seconds, 3),
+                "rels_per_s": round(n_rels / seconds, 1) if seconds > 0 else None}
 
     @staticmethod
-    def _rel_rows(relations: list[GraphRelation], projection: str, stamp: dict,
-                  default_source: str) -> dict[str, list[dict]]:
-        rows: dict[str, list[dict]] = defaultdict(list)
+    def _rel_rows(relations: list[GraphRelation], projection: str,
+                  default_source: str) -> dict[tuple[str, str], dict[tuple[str, str], list]]:
+        """(type, rel_id) -> (src_id, dst_id) -> row: one edge per rel_id and endpoints, the last one
+        winning, as MERGE (a)-[:T {rel_id}]->(b) did."""
+        rows: dict[tuple[str, str], dict[tuple[str, str], list]] = {}
+        prefixes = {t: f"{t}\x00{projection}\x00" for t in ALLOWED_REL_TYPES}
         for r in relations:
-            t = check_rel_type(r.rel_type)
-            if not r.rel_id or not r.src_id or not r.dst_id:
+            t, rid, src, dst = r.rel_type, r.rel_id, r.src_id, r.dst_id
+            if t not in prefixes:
+                check_rel_type(t)  # raises
+            if not rid or not src or not dst:
                 raise ValueError(f"relation without rel_id/src_id/dst_id: {asdict(r)!r}")
-            props = {k: getattr(r, k) for k in REL_PROPS}
-            props["candidates"] = [str(c) for c in (r.candidates or [])]
-            props["source_id"] = r.source_id or default_source
-            props.update(projection=projection, **stamp)
-            rows[t].append({"src_id": r.src_id, "dst_id": r.dst_id, "props": props})
+            cands = None if t == "HAS_CHUNK" else ([str(c) for c in r.candidates] if r.candidates else [])
+            row = [src, dst, rid, r.confidence, cands, r.evidence_file, r.evidence_start, r.evidence_end,
+                   r.evidence_hash, r.evidence_text, r.source_id or default_source]
+            row.append(_digest(prefixes[t], row))
+            key = (t, rid)
+            edges = rows.get(key)
+            if edges is None:
+                rows[key] = {(src, dst): row}
+            else:
+                edges[(src, dst)] = row
         return rows
 
-    def _merge_nodes(self, label: str, rows: list[dict]) -> None:
-        label = check_label(label)
-        others = ":".join(lbl for lbl in ALLOWED_LABELS if lbl != label)
-        # `SET n = row` replaces all properties (no leftovers from an older shape of the node);
-        # removing the other allowlisted labels handles an entity whose kind changed.
-        self._run_batch(
-            f"UNWIND $rows AS row MERGE (n:Entity {{node_id: row.node_id}}) "
-            f"SET n = row REMOVE n:{others} SET n:{label}", rows)
-
-    def _merge_has_chunk(self, rows: list[dict]) -> int:
-        res = self._run_batch(
-            "UNWIND $rows AS row "
-            "MATCH (n:Entity {node_id: row.node_id}) MATCH (c:Entity {node_id: row.chunk_node_id}) "
-            "MERGE (n)-[r:HAS_CHUNK]->(c) "
-            "SET r.rel_id = row.rel_id, r.source_id = row.source_id, r.projection = row.projection, "
-            "r.generation = row.generation, r.write_id = row.write_id, r.confidence = 'VERIFIED' "
-            "RETURN count(r) AS n", rows)
-        return res[0]["n"] if res else 0
-
-    def _merge_relations(self, rel_rows: dict[str, list[dict]],
-                         progress: Callable[[str, int], None] | None) -> tuple[Counter, Counter]:
-        written: Counter = Counter()
-        skipped: Counter = Counter()
-        for t, rows in rel_rows.items():
-            t = check_rel_type(t)
-            # MERGE finds the edge by rel_id between these endpoints (relationship index seek). A
-            # rel_id whose endpoints changed gets a new edge here; the old one keeps its old
-            # write_id and goes in the stale removal.
-            merge = (f"UNWIND $rows AS row "
-                     f"MATCH (a:Entity {{node_id: row.src_id}}) MATCH (b:Entity {{node_id: row.dst_id}}) "
-                     f"MERGE (a)-[r:{t} {{rel_id: row.props.rel_id}}]->(b) SET r = row.props "
-                     f"RETURN count(r) AS n")
-            for batch in _batches(rows, self.batch_size):
-                res = self._run_batch(merge, batch)
-                n = res[0]["n"] if res else 0
-                written[t] += n
-                skipped[t] += len(batch) - n
-                if progress:
-                    progress(t, len(batch))
-        return written, skipped
-
-    def _delete_stale_rels(self, projection: str, write_id: str) -> int:
-        total = 0
+    def _begin(self, session, projection: str, generation: str, source_id: str | None) -> tuple[dict, dict]:
+        """Marker 'begin' and, in the same transaction, what the projection holds now: node_id ->
+        digest for the source's nodes, and (type, rel_id) -> [digest] for its relationships (digest
+        0: a row without one, e.g. written by an older version)."""
+        parts = []
+        if source_id is not None:
+            parts.append("MATCH (n:Entity) USING INDEX SEEK n:Entity(source_id) WHERE n.source_id = $sid "
+                         "RETURN '' AS t, collect(coalesce(n.node_id, '')) AS ids, collect(coalesce(n.digest, 0)) AS ds")
         for t in ALLOWED_REL_TYPES:
             t = check_rel_type(t)
-            total += self._delete_loop(
-                f"MATCH ()-[r:{t}]->() WHERE r.projection = $p AND r.write_id <> $wid "
-                "WITH r LIMIT $limit DELETE r RETURN count(*) AS n", p=projection, wid=write_id)
-        return total
+            parts.append(f"MATCH ()-[r:{t}]->() USING INDEX SEEK r:{t}(projection) WHERE r.projection = $p "
+                         f"RETURN '{t}' AS t, collect(coalesce(r.rel_id, '')) AS ids, "
+                         "collect(coalesce(r.digest, 0)) AS ds")
+        query = _KEEP_PLAN + " UNION ALL ".join(parts)
+
+        def work(tx):
+            tx.run(self._MARKER, sid=projection, gen=generation, state=BEGIN)  # pipelined with the read
+            return [tuple(rec.values()) for rec in tx.run(query, sid=source_id, p=projection)]
+
+        nodes: dict[str, int] = {}
+        rels: dict[tuple[str, str], list[int]] = {}
+        for t, ids, ds in session.execute_write(work):
+            if not t:
+                nodes.update(zip(ids, ds))
+            else:
+                for rid, d in zip(ids, ds):
+                    rels.setdefault((t, rid), []).append(d)
+        return nodes, rels
+
+    def _project(self, projection: str, generation: str, node_rows: dict[str, tuple[str, list]] | None,
+                 rel_rows: dict[tuple[str, str], dict[tuple[str, str], list]],
+                 progress: Callable[[str, int], None] | None) -> dict:
+        """Diff the wanted nodes/relationships against what the projection holds (one read, with
+        the 'begin' marker), then write only the difference, in order: delete stale relationships
+        and the old edges of changed relationships (by rel_id), stale nodes (by node_id, DETACH);
+        MERGE new and changed nodes; CREATE new and changed relationships; the 'committed' marker
+        goes with the last batch. node_rows None: a projection without nodes of its own (the links)."""
+        source_id = projection if node_rows is not None else None
+        node_rows = node_rows or {}
+        if not getattr(self, "_schema_ok", False):  # the write queries' index hints need the indexes
+            self.ensure_schema()
+        with self._session() as session:
+            have_nodes, have_rels = self._begin(session, projection, generation, source_id)
+            if source_id:  # a source's projection (not the links)
+                fault_point("neo4j:after_begin")
+
+            stale_nodes = [nid for nid in have_nodes if nid not in node_rows]
+            stale_set = set(stale_nodes)
+            upserts: dict[str, list[list]] = defaultdict(list)
+            for nid, (label, row) in node_rows.items():
+                if have_nodes.get(nid) != row[-1]:
+                    upserts[label].append(row)
+            unchanged_nodes = len(node_rows) - sum(len(v) for v in upserts.values())
+
+            drop_rels: dict[str, list[str]] = defaultdict(list)     # stale: rel_id no longer wanted
+            replace_rels: dict[str, list[str]] = defaultdict(list)  # changed: deleted, then created again
+            creates: dict[tuple[str, bool], list[list]] = defaultdict(list)  # (type, replaces) -> rows
+            unchanged: Counter = Counter()
+            for t, rid in have_rels:
+                if (t, rid) not in rel_rows:
+                    drop_rels[t].append(rid)
+            for (t, rid), edges in rel_rows.items():
+                old = have_rels.get((t, rid))
+                if old is not None:
+                    want = [row[-1] for row in edges.values()]
+                    # unchanged, unless an endpoint is a stale node (its DETACH DELETE takes the edge)
+                    if ((old == want or len(old) == len(want) > 1 and sorted(old) == sorted(want))
+                            and not any(s in stale_set or d in stale_set for s, d in edges)):
+                        unchanged[t] += len(edges)
+                        continue
+                    replace_rels[t].append(rid)
+                creates[(t, old is not None)].extend(edges.values())
+
+            steps: list[tuple[str, list, dict, tuple]] = []
+            for kind, drops in (("drop_rel", drop_rels), ("replace_rel", replace_rels)):
+                for t, ids in drops.items():
+                    t = check_rel_type(t)
+                    steps.append((_KEEP_PLAN + f"UNWIND $rows AS id MATCH ()-[r:{t} {{rel_id: id}}]->() "
+                                  f"USING INDEX SEEK r:{t}(rel_id) WHERE r.projection = $p DELETE r",
+                                  ids, {"p": projection}, (kind, t)))
+            if stale_nodes:
+                steps.append((_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
+                              "USING INDEX SEEK n:Entity(node_id) WHERE n.source_id = $sid DETACH DELETE n",
+                              stale_nodes, {"sid": source_id}, ("drop_node", "")))
+            for label, rows in upserts.items():
+                label = check_label(label)
+                others = ":".join(lbl for lbl in ALLOWED_LABELS if lbl != label)
+                fields = CHUNK_FIELDS if label == "Chunk" else NODE_FIELDS
+                # `SET n = {...}` replaces all properties (no leftovers from an older shape of the
+                # node); removing the other allowlisted labels handles an entity whose kind changed.
+                steps.append((_KEEP_PLAN + f"UNWIND $rows AS row MERGE (n:Entity {{node_id: row[0]}}) "
+                              f"SET n = {_props_map(fields, {'source_id': '$sid'})} "
+                              f"REMOVE n:{others} SET n:{label}", rows, {"sid": source_id}, ("node", label)))
+
+            stats = _WriteStats()
+            commit = (self._MARKER, {"sid": projection, "gen": generation, "state": COMMITTED})
+            self._execute(session, steps, stats, progress)  # deletions and nodes first
+            if not self._merge_relations(session, projection, creates, stats, progress, commit):
+                self._set_marker(projection, generation, COMMITTED, session)  # nothing went last
+
+        written = stats.created + stats.updated
+        skipped = stats.attempted - written
+        projected = written + unchanged
+        return {
+            "relationships": {t: projected[t] for t in ALLOWED_REL_TYPES if projected[t]},
+            "written_relationships": sum(written.values()),
+            "created_relationships": dict(stats.created), "updated_relationships": dict(stats.updated),
+            "unchanged_relationships": dict(unchanged),
+            "skipped_relationships": {k: v for k, v in skipped.items() if v},
+            "written_nodes": stats.written_nodes, "unchanged_nodes": unchanged_nodes,
+            "deleted_nodes": stats.deleted_nodes, "deleted_relationships": stats.deleted_rels,
+            "transactions": stats.transactions,
+        }
+
+    def _merge_relations(self, session, projection: str, creates: dict[tuple[str, bool], list[list]],
+                         stats: "_WriteStats", progress: Callable[[str, int], None] | None,
+                         commit: tuple[str, dict]) -> bool:
+        """CREATE the new and changed relationships (their endpoints MATCHed by node_id; a row whose
+        endpoint is missing creates nothing and counts as skipped); the last transaction also runs
+        `commit`. Returns whether some transaction ran it."""
+        steps = []
+        for (t, replaces), rows in creates.items():
+            t = check_rel_type(t)
+            steps.append((_KEEP_PLAN + "UNWIND $rows AS row "
+                          "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
+                          "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) "
+                          f"CREATE (a)-[r:{t} {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)",
+                          rows, {"p": projection}, ("rel", t, replaces)))
+        return self._execute(session, steps, stats, progress, last=commit)
+
+    def _execute(self, session, steps: list[tuple[str, list, dict, tuple]], stats: "_WriteStats",
+                 progress: Callable[[str, int], None] | None, last: tuple[str, dict] | None = None) -> bool:
+        """Run the steps in packed transactions (see _pack), adding up what they did; `last` (a
+        statement) goes with the last transaction. Returns whether there was one to take it."""
+        txs = self._pack(steps)
+        for i, tx_steps in enumerate(txs):
+            statements = [(q, {**params, "rows": rows}) for q, rows, params, _ in tx_steps]
+            if last is not None and i == len(txs) - 1:
+                statements.append(last)
+            counters = self._run_batch(session, statements)
+            stats.transactions += 1
+            for (_, rows, _, tag), c in zip(tx_steps, counters):
+                kind, what = tag[0], tag[1]
+                if kind == "drop_rel":
+                    stats.deleted_rels += c.relationships_deleted
+                elif kind == "drop_node":
+                    stats.deleted_nodes += c.nodes_deleted
+                elif kind == "node":
+                    stats.written_nodes += len(rows)
+                elif kind == "rel":
+                    (stats.updated if tag[2] else stats.created)[what] += c.relationships_created
+                    stats.attempted[what] += len(rows)
+                if progress and kind in ("node", "rel"):
+                    progress(what, len(rows))
+        return bool(txs)
+
+    def _pack(self, steps: list[tuple[str, list, dict, tuple]]) -> list[list[tuple[str, list, dict, tuple]]]:
+        """Cut the steps' rows into statements of at most STATEMENT_ROWS rows and those into
+        transactions of at most batch_size rows, keeping their order (a later statement sees the
+        earlier ones' writes, in the same transaction or a committed one)."""
+        per_stmt = min(STATEMENT_ROWS, self.batch_size)
+        txs: list[list] = []
+        cur: list = []
+        n = 0
+        for query, rows, params, tag in steps:
+            i = 0
+            while i < len(rows):
+                take = min(len(rows) - i, per_stmt, self.batch_size - n)
+                cur.append((query, rows[i:i + take], params, tag))
+                n += take
+                i += take
+                if n >= self.batch_size:
+                    txs.append(cur)
+                    cur, n = [], 0
+        if cur:
+            txs.append(cur)
+        return txs
 
     def delete_source(self, source_id: str) -> dict:
         """Remove everything a projection owns (its nodes, its relationships) and its marker."""
