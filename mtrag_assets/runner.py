@@ -3,6 +3,7 @@ the UI. One run per changed source partition, then one for the links and the man
 from __future__ import annotations
 
 import os
+import socket
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -46,6 +47,53 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
     return dg.DagsterInstance.get()
 
 
+def _proc_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot ('' where /proc is missing): with the
+    pid it names one process, so a reused pid is not mistaken for the original."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _process_tags() -> dict:
+    return {"mtrag/host": socket.gethostname(), "mtrag/pid": str(os.getpid()),
+            "mtrag/proc_start": _proc_start(os.getpid())}
+
+
+def _alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not start or _proc_start(pid) in ("", start)
+
+
+def release_dead_runs(instance: dg.DagsterInstance, log=print) -> list[str]:
+    """A build killed mid-run (kill -9, OOM, power loss) leaves its in-process run STARTED with its
+    concurrency-pool slots claimed, and every later run needing that pool (qdrant_writer) would
+    wait for them forever. Runs `mtrag build` started on this host whose process is gone are
+    marked failed and their slots freed; runs of live processes and runs launched elsewhere (the
+    daemon, the UI) are left alone."""
+    released = []
+    runs = instance.get_runs(filters=dg.RunsFilter(
+        statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
+        tags={"mtrag/host": socket.gethostname()}))
+    for run in runs:
+        pid = run.tags.get("mtrag/pid", "")
+        if not pid.isdigit() or _alive(int(pid), run.tags.get("mtrag/proc_start", "")):
+            continue
+        instance.report_run_failed(run, message=f"the build process (pid {pid}) died during this run; "
+                                               "a later build marked it failed and freed its pool slots")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run.run_id)
+    if released:
+        log(f"released {len(released)} run(s) of build processes that died: {released}")
+    return released
+
+
 def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> dict:
     """Make the `sources` partitions equal to the sources file (removed sources lose theirs)."""
     name = sources_partitions.name
@@ -63,6 +111,8 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
               force: bool = False, log=print) -> dict:
     instance = dagster_instance(settings)
     sync_partitions(instance, specs)
+    release_dead_runs(instance, log)
+    tags = {"mtrag/trigger": "cli", **_process_tags()}
     resources = {"mtrag": MtragResource()}
     if only:
         unknown = sorted(set(only) - {s.id for s in specs})
@@ -82,12 +132,12 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             log(f"building source {sid} ...")
             marker = mark_dirty(settings, sid)
             result = dg.materialize(PARTITIONED_ASSETS + ALL_CHECKS, partition_key=sid, instance=instance,
-                                    resources=resources, tags={"mtrag/trigger": "cli"}, run_config=QUIET)
+                                    resources=resources, tags=tags, run_config=QUIET)
             marker.unlink(missing_ok=True)
             runs[sid] = result.run_id
         log("resolving cross-source links and publishing the manifest ...")
         result = dg.materialize(ALL_ASSETS, selection=GLOBAL_ASSETS, instance=instance, resources=resources,
-                                tags={"mtrag/trigger": "cli"}, run_config=QUIET)
+                                tags=tags, run_config=QUIET)
         publish_marker.unlink(missing_ok=True)
         runs["__publish__"] = result.run_id
     return {"built": targets, "removed": removed, "runs": runs}

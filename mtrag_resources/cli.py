@@ -26,6 +26,11 @@ def cmd_build(args) -> int:
     t0 = time.perf_counter()
     settings = _settings()
     specs = _load_specs(settings)
+    unknown = sorted(set(args.source or []) - {s.id for s in specs})
+    if unknown:
+        from .sources import SourceConfigError
+        raise SourceConfigError(f"{settings.sources_file}: unknown source id(s) {unknown} given with --source; "
+                                f"known: {[s.id for s in specs]}")
     if not args.source and not args.force:
         from .buildstate import changed_sources, publish_pending
         from .embedder import EmbedderConfig, Embedder, fingerprint_id_of
@@ -161,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     except SourceConfigError as exc:
         print(f"mtrag: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from .buildstate import SourceBusy
+        if not isinstance(exc, SourceBusy):
+            raise
+        print(f"mtrag: {exc}", file=sys.stderr)
+        return 75  # EX_TEMPFAIL: another build of the source holds its lock; try again later
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -155,6 +156,9 @@ def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, c
         st = full.stat()
     except OSError as exc:
         return skipped(f"unreadable: {exc.strerror}")
+    if not stat.S_ISREG(st.st_mode):
+        # Opening a FIFO blocks until a writer comes; a device may never end.
+        return skipped("not a regular file (named pipe, socket or device)")
     if not kind:
         return skipped("unsupported file type", st.st_size, st.st_mtime_ns)
     if st.st_size > max_file_bytes:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from .atomic import write_text_atomic
+from .faults import fault_point
 
 MANIFEST_RE = re.compile(r"^manifest-(\d+)\.json$")
 
@@ -42,6 +43,7 @@ def publish(manifest_dir: Path, manifest: dict) -> Path:
     n = int(manifest["generation"])
     path = Path(manifest_dir) / f"manifest-{n}.json"
     write_text_atomic(path, json.dumps(manifest, indent=1, sort_keys=True))
+    fault_point("manifest:before_current")
     write_text_atomic(current_path(manifest_dir), path.name + "\n")
     return path
 

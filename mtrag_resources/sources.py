@@ -53,6 +53,10 @@ def load_sources(path: Path) -> list[SourceSpec]:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise SourceConfigError(f"{path}: invalid YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SourceConfigError(f"{path}: not UTF-8 text (byte {exc.start}): {exc.reason}") from exc
+    except OSError as exc:
+        raise SourceConfigError(f"{path}: cannot read the sources file: {exc.strerror or exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("sources"), list):
         raise SourceConfigError(f"{path}: expected a mapping with a 'sources' list")
     specs: list[SourceSpec] = []

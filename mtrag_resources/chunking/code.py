@@ -188,7 +188,7 @@ class _FileAssembler:
         file_chunk = self.file_parent(ex.module_summary)
         parsed.chunks.append(file_chunk)
         parsed.nodes, parsed.relations = self.file_and_module(file_chunk)
-        module_chunk = self.module_chunk(ex)
+        module_chunk = self.module_chunk(ex, parsed.warnings)
         if module_chunk:
             parsed.chunks.append(module_chunk)
         placed = self.place_definitions(ex.definitions, file_chunk, parsed)
@@ -265,7 +265,7 @@ class _FileAssembler:
                     "evidence_hash": placed[index][2].content_hash,
                 })
 
-    def module_chunk(self, ex: Extraction) -> Chunk | None:
+    def module_chunk(self, ex: Extraction, warnings: list[str] | None = None) -> Chunk | None:
         """Module-level code: every line outside the top-level definitions (docstring, imports,
         constants, `if __name__ == ...`), blank runs squeezed, capped."""
         covered = set()  # all definitions: Go/Rust methods sit outside their type's span
@@ -281,6 +281,11 @@ class _FileAssembler:
         if not kept:
             return None
         body = "".join(line for _, line in kept)
+        if len(body) > PARENT_MAX_CHARS and warnings is not None:
+            # Outlier (generated or data modules): most of it is in no chunk at all.
+            warnings.append(f"{self.file_path}: module-level code ({len(body)} chars, lines {kept[0][0]}-"
+                            f"{kept[-1][0]}) is over {PARENT_MAX_CHARS} chars; only its first "
+                            f"{OUTLINE_MAX_CHARS} chars are in a chunk, the rest is not searchable")
         if len(body) > OUTLINE_MAX_CHARS:
             body = body[: body.rfind("\n", 0, OUTLINE_MAX_CHARS) + 1] + "...\n"
         return self.chunk("module", "child", self.module_qn, 1, self.file_parent_id, kept[0][0],

@@ -32,11 +32,11 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def make_handler(reader, api_key: str | None):
+def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S):
     class Handler(BaseHTTPRequestHandler):
         server_version = "mtrag"
         sys_version = ""
-        timeout = SOCKET_TIMEOUT_S
+        timeout = socket_timeout  # a client that stalls mid-request is dropped after this
 
         def log_message(self, fmt, *args):  # quiet by default; the access log is not our product
             pass
@@ -124,12 +124,13 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 64
 
 
-def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None) -> Server:
+def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None,
+                socket_timeout: float = SOCKET_TIMEOUT_S) -> Server:
     if not _is_loopback(host) and not api_key:
         raise SystemExit(f"refusing to bind {host}: set MTRAG_API_KEY to serve beyond loopback")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     Server.address_family = family
-    return Server((host, port), make_handler(reader, api_key))
+    return Server((host, port), make_handler(reader, api_key, socket_timeout))
 
 
 def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None) -> None:

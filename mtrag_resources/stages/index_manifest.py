@@ -62,8 +62,12 @@ def snapshot_qdrant(settings: Settings, number: int) -> str | None:
     waits on the single-process lock a running build holds. A server needs no copy."""
     if settings.qdrant_url:
         return None
+    # The copy CURRENT names stays whatever happens to this publish (a crash or a full disk before
+    # CURRENT moves, again and again): a reader started later still finds it.
+    published = (manifests.load_current(settings.manifest_dir) or {}).get("stores", {}).get("qdrant_snapshot")
     with open_qdrant(settings) as store:  # holds the writer lock: no build writes during the copy
-        link = store.publish_snapshot(settings.manifest_dir / "qdrant-published", keep=KEEP_QDRANT_SNAPSHOTS)
+        link = store.publish_snapshot(settings.manifest_dir / "qdrant-published", keep=KEEP_QDRANT_SNAPSHOTS,
+                                      protect=[published] if published else [])
     # The manifest names the versioned folder, so generation N is always read from N's copy.
     return os.path.realpath(link)
 

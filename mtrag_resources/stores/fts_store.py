@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..faults import fault_point
 from . import fts_query
 from .fts_query import (
     ALIAS_KIND_RANK,
@@ -215,6 +216,11 @@ class FtsStore:
     def _read(self):
         return _ReadTxn(self._conn)
 
+    def snapshot(self):
+        """A read transaction on this thread's connection: every read inside it (markers included)
+        sees one committed state of the database, whatever writers commit meanwhile."""
+        return _ReadTxn(self._conn)
+
     # ------------------------------------------------------------------ writes
     def write_source(self, source_id: str, generation: str, input_sha256: str,
                      rows: Sequence[dict | Any],
@@ -257,6 +263,7 @@ class FtsStore:
         except BaseException:
             _rollback(conn)
             raise
+        fault_point("fts:after_begin")
 
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from mtrag_resources.faults import fault_point
 from mtrag_resources.stores.markers import BEGIN, COMMITTED, Marker
 
 COLLECTION_PREFIX = "mtrag_"
@@ -477,6 +478,7 @@ class QdrantStore:
             raise ValueError(f"points of source {source_id!r} have mixed dims {sorted(dims)}")
 
         self.begin(source_id, generation)
+        fault_point("qdrant:after_begin")
         if prepared:
             self.ensure_collection(kind, dims.pop())
         has_collection = self.collection_dim(kind) is not None
@@ -602,17 +604,18 @@ class QdrantStore:
         return int(self.client.count(name, count_filter=flt, exact=True).count)
 
     # -- publishing ---------------------------------------------------------------------------
-    def publish_snapshot(self, dst: Path | str, keep: int = 2) -> Path:
-        """Copy this embedded store (whose lock we hold) to `dst` for readers."""
+    def publish_snapshot(self, dst: Path | str, keep: int = 2, protect: Iterable[Path | str] = ()) -> Path:
+        """Copy this embedded store (whose lock we hold) to `dst` for readers; versions named in
+        `protect` (the one the published manifest names) are never pruned."""
         if self.path is None:
             raise QdrantStoreError("publish_snapshot needs an embedded store; a server serves "
                                    "readers directly")
         self.checkpoint()
-        return copy_local_snapshot(self.path, dst, lock=False, keep=keep)
+        return copy_local_snapshot(self.path, dst, lock=False, keep=keep, protect=protect)
 
 
 def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: bool = True,
-                        lock_timeout: float = 300, keep: int = 2) -> Path:
+                        lock_timeout: float = 300, keep: int = 2, protect: Iterable[Path | str] = ()) -> Path:
     """Publish a read-only copy of an embedded Qdrant folder that readers open while builds keep
     writing to `src_path`.
 
@@ -649,8 +652,9 @@ def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: boo
     os.replace(link_tmp, dst)
 
     versions = sorted(p for p in dst.parent.glob(f"{dst.name}.v-*") if p.is_dir())
+    keep_also = {os.path.realpath(p) for p in protect}
     for old in versions[:-max(1, keep)]:
-        if old != version:
+        if old != version and os.path.realpath(old) not in keep_also:
             shutil.rmtree(old, ignore_errors=True)
             with contextlib.suppress(OSError):
                 lock_path_for(old).unlink()
