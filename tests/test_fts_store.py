@@ -513,3 +513,24 @@ def test_any_text_finds_itself_in_the_strict_stage(tmp_path_factory, x):
 @given(x=st.text(alphabet=st.sampled_from(list("aZ9_./:-~#()`'\" \\!?,;")), max_size=20))
 def test_normalize_alias_fast_path_agrees_with_full_rules(x):
     assert normalize_alias(x) == fts_query._normalize_slow(x)
+
+
+def test_snapshot_keeps_markers_and_rows_of_one_commit_while_a_writer_commits(tmp_path):
+    """The reader gates on the markers, then reads rows: both must come from the same commit."""
+    path = tmp_path / "fts.db"
+    writer = FtsStore(path)
+    writer.write_source("shop", "1", "sha-1", corpus())
+    reader = FtsStore(path)
+    try:
+        with reader.snapshot():
+            assert reader.markers()["shop"].generation == "1"
+            changed = [dict(r, text=r["text"] + " concurrentword") for r in corpus()]
+            writer.write_source("shop", "2", "sha-2", changed)  # commits while the snapshot is open
+            assert reader.markers()["shop"].generation == "1"
+            assert "concurrentword" not in reader.get_chunks(["c_tax"])["c_tax"]["text"]
+            assert reader.search("concurrentword") == []
+        assert reader.markers()["shop"].generation == "2"
+        assert "concurrentword" in reader.get_chunks(["c_tax"])["c_tax"]["text"]
+    finally:
+        reader.close()
+        writer.close()

@@ -188,3 +188,27 @@ def test_embedder_mismatch_is_refused(published, reader):
     finally:
         publish(s.manifest_dir, manifest)
     assert reader.query("tax", mode="dense")["hits"]
+
+
+def test_queries_from_many_threads_at_once_match_the_serial_answers(reader):
+    """One reader serves concurrent requests (the HTTP server's threads) without a global lock."""
+    queries = [("how is the total price with tax computed", "hybrid"), ("shopcart.tax.lookup_rate", "exact"),
+               ("税率", "lexical"), ("tax", "dense"), ("apply tax to the cart", "bundles")]
+    serial = {q: [h["chunk_id"] for h in reader.query(q[0], mode=q[1], k=5)["hits"]] for q in queries}
+    results, errors = [], []
+
+    def worker(i):
+        try:
+            for j in range(6):
+                q = queries[(i + j) % len(queries)]
+                results.append((q, [h["chunk_id"] for h in reader.query(q[0], mode=q[1], k=5)["hits"]]))
+        except Exception as exc:  # noqa: BLE001 - any error fails the test below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and len(results) == 48
+    assert all(ids == serial[q] for q, ids in results)

@@ -16,6 +16,7 @@ class GateState:
     generation: int | None
     stores: dict = field(default_factory=dict)   # source -> store -> {"generation", "state"}
     stale: list = field(default_factory=list)    # [{"source", "store", "reason"}]
+    graph_markers: dict | None = None            # the graph's markers the gate saw (None: unreachable)
 
     def is_stale(self, source_id: str, store: str) -> bool:
         return any(s["source"] == source_id and s["store"] == store for s in self.stale)

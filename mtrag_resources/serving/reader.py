@@ -3,9 +3,15 @@
 It loads `CURRENT`, compares every store's marker with the manifest per source (gate.py), and
 leaves out - and reports - any channel that is stale for a source. Embedded Qdrant is read from
 the copy the manifest names (copied once more into a private folder, because embedded mode
-allows one process per folder), so a running build never blocks or half-feeds a reader."""
+allows one process per folder), so a running build never blocks or half-feeds a reader.
+
+Queries run concurrently: they share the loaded generation under a readers-writer lock that a
+reload (CURRENT moved) takes alone. Each query reads SQLite inside one snapshot that also holds
+the markers the gate checked, and re-reads the graph markers after using the graph: a graph
+write that began meanwhile drops the graph's answers (reported stale) instead of mixing them."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +36,50 @@ from .query_text import identifiers_in, preprocess_query
 MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("fts",),
          "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
 KINDS = ("code", "docs")
+# A reader fails fast on an unreachable graph (its channel turns stale) instead of retrying for the
+# driver's default 30 s per call, and tries to reconnect at most every NEO4J_RETRY_S.
+READER_NEO4J_CONFIG = {"max_transaction_retry_time": 1.0, "connection_timeout": 5.0,
+                       "connection_acquisition_timeout": 10.0}
+NEO4J_RETRY_S = 5.0
+
+
+class _SharedLock:
+    """Many readers or one writer (a reload). Writers wait for readers in flight to finish."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+# Reported when a graph write began while a query read the graph: its graph answers were dropped.
+GRAPH_MOVED = {"source": "*", "store": "neo4j", "reason": "a graph write began during the query; graph results left out"}
 PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS")
 
 
@@ -51,11 +101,15 @@ class ReaderCore:
         self.max_hops_limit = max_hops_limit
         self.log_proposals = proposals
         self.cas = ContentStore(settings.cas_dir)
-        self._lock = threading.RLock()
+        self._lock = _SharedLock()                 # the loaded generation: queries share, reloads own
+        self._qdrant_lock = threading.Lock()       # embedded Qdrant's client is not thread-safe
+        self._neo4j_lock = threading.Lock()        # (re)connecting the graph
+        self._embedder_lock = threading.Lock()
         self._loaded_stamp = None
         self.manifest: dict | None = None
         self._qdrant = self._fts = self._neo4j = None
         self._neo4j_error: str | None = None
+        self._neo4j_tried = 0.0
         self._qdrant_copy: str | None = None
         self._embedder = None
 
@@ -68,8 +122,10 @@ class ReaderCore:
             return None
 
     def refresh(self) -> None:
-        """Reload when CURRENT moved (one stat per query)."""
-        with self._lock:
+        """Reload when CURRENT moved (one stat per query); waits for the queries in flight."""
+        if self._stamp() == self._loaded_stamp and (self.manifest is not None or self._loaded_stamp is None):
+            return
+        with self._lock.exclusive():
             stamp = self._stamp()
             if stamp == self._loaded_stamp and (self.manifest is not None or stamp is None):
                 return
@@ -92,16 +148,31 @@ class ReaderCore:
             self._qdrant_copy = private
             self._qdrant = QdrantStore(path=Path(private), lock_timeout=5)
         self._fts = FtsStore(self.settings.fts_path)
-        self._neo4j_error = None
+        self._connect_neo4j()
+
+    def _connect_neo4j(self) -> None:
+        self._neo4j_tried = time.monotonic()
+        store = None
         try:
             from ..neo4j_server import neo4j_connection
             from ..stores.neo4j_store import Neo4jStore
             uri, user, password = neo4j_connection(self.settings)
-            self._neo4j = Neo4jStore(uri, user, password)
-            self._neo4j.markers()
+            store = Neo4jStore(uri, user, password, **READER_NEO4J_CONFIG)
+            store.markers()
+            self._neo4j, self._neo4j_error = store, None
         except Exception as exc:  # noqa: BLE001 - an unreachable graph makes its channel stale, not the reader dead
-            self._neo4j = None
-            self._neo4j_error = f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
+            self._neo4j_lost(exc, store)
+
+    def _neo4j_lost(self, exc: Exception, store=None) -> None:
+        """Drop the graph connection: every graph use checks `self._neo4j` and skips, and the next
+        gate after NEO4J_RETRY_S tries again."""
+        for s in {id(x): x for x in (store, self._neo4j) if x is not None}.values():
+            try:
+                s.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._neo4j = None
+        self._neo4j_error = f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
 
     def _close_stores(self) -> None:
         for store in (self._qdrant, self._fts, self._neo4j):
@@ -116,32 +187,65 @@ class ReaderCore:
             self._qdrant_copy = None
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock.exclusive():
             self._close_stores()
             self._loaded_stamp = None
 
     # ------------------------------------------------------------------ gate
     def gate(self) -> gate.GateState:
         self.refresh()
+        with self._lock.shared():
+            if self._fts is None:
+                return self._gate_now()
+            with self._fts.snapshot():
+                return self._gate_now()
+
+    def _gate_now(self) -> gate.GateState:
+        """Evaluate the gate on the loaded generation (the caller holds the shared lock and, for
+        a query, the FTS snapshot the query then reads from)."""
         if not self.manifest:
             return gate.evaluate(None, {})
         sources = list(self.manifest["sources"])
         live, unreachable = {}, {}
-        live["qdrant"] = {s: self._qdrant.marker(s) for s in sources} if self._qdrant else {}
+        if self._qdrant:
+            with self._qdrant_lock:
+                live["qdrant"] = {s: self._qdrant.marker(s) for s in sources}
+        else:
+            live["qdrant"] = {}
         live["fts"] = self._fts.markers()
         links_marker = None
-        try:
-            if self._neo4j is None:
-                raise RuntimeError(self._neo4j_error or "Neo4j not connected")
-            neo = self._neo4j.markers()
+        neo = self._graph_markers()
+        if isinstance(neo, dict):
             live["neo4j"] = neo
             links_marker = neo.get(LINKS_SOURCE)
-        except Exception as exc:  # noqa: BLE001
-            unreachable["neo4j"] = self._neo4j_error or f"Neo4j unreachable: {exc}"
-            self._neo4j = None if not self._neo4j else self._neo4j
+        else:
+            unreachable["neo4j"] = neo
         if self._qdrant is None:
             unreachable["qdrant"] = "no Qdrant snapshot in the manifest"
-        return gate.evaluate(self.manifest, live, links_marker, unreachable)
+        state = gate.evaluate(self.manifest, live, links_marker, unreachable)
+        state.graph_markers = neo if isinstance(neo, dict) else None
+        return state
+
+    def _graph_markers(self) -> dict | str:
+        """The graph's projection markers, or why the graph could not be asked."""
+        with self._neo4j_lock:
+            if self._neo4j is None and time.monotonic() - self._neo4j_tried >= NEO4J_RETRY_S:
+                self._connect_neo4j()
+            store = self._neo4j
+        try:
+            if store is None:
+                raise RuntimeError(self._neo4j_error or "Neo4j not connected")
+            return store.markers()
+        except Exception as exc:  # noqa: BLE001 - an unreachable graph makes its channel stale
+            with self._neo4j_lock:
+                if self._neo4j is store and store is not None:
+                    self._neo4j_lost(exc)
+            return self._neo4j_error or f"Neo4j unreachable: {exc}"
+
+    def _graph_unchanged(self, state: gate.GateState) -> bool:
+        """After reading the graph: did any projection marker move since the gate? A write begins
+        by committing its 'begin' marker, so equal markers mean the reads saw the gated graph."""
+        return state.graph_markers is not None and self._graph_markers() == state.graph_markers
 
     def status(self) -> dict:
         state = self.gate()
@@ -150,8 +254,9 @@ class ReaderCore:
     # ------------------------------------------------------------------ embedder
     def embedder(self):
         from ..embedder import Embedder, EmbedderConfig
-        if self._embedder is None:
-            self._embedder = Embedder(EmbedderConfig.from_env())
+        with self._embedder_lock:
+            if self._embedder is None:
+                self._embedder = Embedder(EmbedderConfig.from_env())
         expected = self.manifest["embedder"]
         fp = self._embedder.fingerprint_without_loading() or self._embedder.fingerprint
         keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt")
@@ -172,11 +277,15 @@ class ReaderCore:
             raise QueryError(f"kind {kind!r} is not one of {list(KINDS)}")
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryError(f"k must be an integer from 1 to 100, got {k!r}")
-        with self._lock:
-            return self._query(text, k, kind, mode)
+        self.refresh()
+        with self._lock.shared():
+            if self._fts is None:
+                return self._query(text, k, kind, mode)
+            with self._fts.snapshot():
+                return self._query(text, k, kind, mode)
 
     def _query(self, text: str, k: int, kind: str | None, mode: str) -> dict:
-        state = self.gate()
+        state = self._gate_now()
         out = {"generation": state.generation, "query": text, "mode": mode, "hits": [], "bridge": [],
                "paths": [], "bundles": [], "stale": list(state.stale), "channels": {}}
         if state.generation is None:
@@ -206,7 +315,9 @@ class ReaderCore:
                 # Embedded Qdrant evaluates filters point by point in Python: filter only when a
                 # source of this kind must be left out (stale or unpublished).
                 every = sorted(s for s, e in sources.items() if e["kind"] == kd) == sorted(ids) and not self._unpublished(kd)
-                for h in self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=None if every else ids):
+                with self._qdrant_lock:
+                    found = self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=None if every else ids)
+                for h in found:
                     dense.append((h["chunk_id"], float(h["score"])))
                     payloads[h["chunk_id"]] = h["payload"]
             dense.sort(key=lambda x: -x[1])
@@ -237,7 +348,9 @@ class ReaderCore:
                        and rows[cid]["role"] == "child" and rows[cid]["source_id"] not in stale_q]
             for kd in kinds:
                 ids = [c for c in missing if rows[c]["source_kind"] == kd]
-                for cid, vec in (self._qdrant.vectors_for(kd, ids) if ids else {}).items():
+                with self._qdrant_lock:
+                    vecs = self._qdrant.vectors_for(kd, ids) if ids else {}
+                for cid, vec in vecs.items():
                     cosines[cid] = float(np.dot(vec, qvec) / (np.linalg.norm(vec) * np.linalg.norm(qvec) + 1e-12))
             if "dense" in rankings and "exact" in rankings:
                 exact_cos = {c: cosines[c] for c in rankings["exact"] if c in cosines}
@@ -257,6 +370,10 @@ class ReaderCore:
         out["hits"] = hits
         out["bridge"] = self._bridge(hits, state)
         out["paths"] = self._query_paths(rankings.get("exact", []), rows, state)
+        if (out["paths"] or any(b["via"] == "graph" for b in out["bridge"])) and not self._graph_unchanged(state):
+            out["paths"] = []
+            out["bridge"] = [b for b in out["bridge"] if b["via"] != "graph"]
+            out["stale"].append(GRAPH_MOVED)
         if mode == "bundles":
             out["bundles"] = self._bundles(pre, rows, cosines, recalled)
         out["channels"] = {c: {"hits": len(r)} for c, r in rankings.items()}
@@ -315,9 +432,9 @@ class ReaderCore:
             return []
         out = []
         linked: set[str] = set()
-        links_ok = self._neo4j is not None and not state.is_stale(LINKS_SOURCE, "neo4j")
-        if links_ok:
-            for b in self._neo4j.bridge([h["chunk_id"] for h in doc_hits]):
+        neo = self._neo4j
+        if neo is not None and not state.is_stale(LINKS_SOURCE, "neo4j"):
+            for b in neo.bridge([h["chunk_id"] for h in doc_hits]):
                 linked.add(b["from_chunk_id"])
                 out.append({"from_chunk_id": b["from_chunk_id"], "symbol": b.get("symbol"),
                             "file_path": b.get("file_path"), "start_line": b.get("start_line"),
@@ -355,21 +472,26 @@ class ReaderCore:
     def _log_proposals(self, proposals: list[dict]) -> None:
         from ..stages.cross_source_links import proposals_path
         path = proposals_path(self.settings)
-        path.parent.mkdir(parents=True, exist_ok=True)
         # One write per batch in append mode: lines from concurrent readers do not interleave.
         data = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in proposals)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data.encode("utf-8"))
-        finally:
-            os.close(fd)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data.encode("utf-8"))
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # proposals are a by-product: a full disk or read-only home must not fail the query
 
     def _query_paths(self, exact_ids: list[str], rows: dict, state: gate.GateState) -> list[dict]:
         """Call paths from the best exact code anchor (2 hops), when its graph is current."""
         for cid in exact_ids[:3]:
             row = rows.get(cid)
-            if row and row.get("source_kind") == "code" and row.get("symbol") and self._graph_ok(state, row["source_id"]):
-                return self._neo4j.paths([row["symbol"]], rel_types=["CALLS"], direction="out", max_hops=2,
+            neo = self._neo4j
+            if row and row.get("source_kind") == "code" and row.get("symbol") and self._graph_ok(state, row["source_id"]) \
+                    and neo is not None:
+                return neo.paths([row["symbol"]], rel_types=["CALLS"], direction="out", max_hops=2,
                                          verified_only=True, limit=5, hard_max_hops=self.max_hops_limit)
         return []
 
@@ -385,14 +507,16 @@ class ReaderCore:
         bad = [r for r in (rel_types or []) if r not in PATH_RELATIONS]
         if bad:
             raise QueryError(f"unknown relation type(s) {bad}; allowed: {list(PATH_RELATIONS)}")
-        with self._lock:
-            state = self.gate()
+        self.refresh()
+        with self._lock.shared():
+            state = self._gate_now()
             out = {"generation": state.generation, "from": from_name, "to": to_name, "paths": [],
                    "stale": list(state.stale)}
-            if state.generation is None or self._neo4j is None:
+            neo = self._neo4j
+            if state.generation is None or neo is None:
                 return out
             stale_graph = state.stale_for("neo4j")
-            paths = self._neo4j.paths([from_name], [to_name] if to_name else None,
+            paths = neo.paths([from_name], [to_name] if to_name else None,
                                       rel_types=rel_types or ["CALLS"], direction=direction, max_hops=max_hops,
                                       verified_only=verified_only, limit=limit, hard_max_hops=self.max_hops_limit)
             # Fail closed: a path touching a source whose graph is not the published one is dropped.
@@ -400,6 +524,9 @@ class ReaderCore:
             out["paths"] = [p for p in paths
                             if all(_node_source(n) in published and _node_source(n) not in stale_graph
                                    for n in p["nodes"])]
+            if out["paths"] and not self._graph_unchanged(state):
+                out["paths"] = []
+                out["stale"].append(GRAPH_MOVED)
             return out
 
     # ------------------------------------------------------------------ bundles (seed 002)
