@@ -12,6 +12,7 @@ import dagster as dg
 from mtrag_resources.buildstate import changed_sources, mark_dirty, source_lock
 from mtrag_resources.config import Settings
 from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stores.connect import shared_qdrant
 
 from .checks import ALL_CHECKS
 from .definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
@@ -127,6 +128,8 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     with ExitStack() as stack:
         for sid in targets:
             stack.enter_context(source_lock(settings, sid))
+        # One embedded Qdrant open for the whole build instead of one per step and check.
+        stack.enter_context(shared_qdrant(settings))
         publish_marker = mark_dirty(settings)
         for sid in targets:
             log(f"building source {sid} ...")

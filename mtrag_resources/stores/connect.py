@@ -1,14 +1,69 @@
 """Open each store from Settings: the embedded defaults, or servers named by environment."""
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from ..config import Settings
+
+# Embedded Qdrant reads every point into memory when it opens (about 0.5 s per 3k points), and a
+# one-source build opened it eight times (its write, five checks, the gate, the snapshot). Inside
+# `shared_qdrant` every `open_qdrant` of the thread gets the same open store.
+_shared = threading.local()
+
+
+class _Borrowed:
+    """The shared store, as a context manager whose exit does not close it."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def __enter__(self):
+        return self.store
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def close(self) -> None:
+        pass
 
 
 def open_qdrant(settings: Settings, path=None):
     from .qdrant_store import QdrantStore
     if settings.qdrant_url:
         return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key)
-    return QdrantStore(path=path or settings.qdrant_path)
+    path = path or settings.qdrant_path
+    shared = getattr(_shared, "stores", {}).get(str(path))
+    if shared is not None:
+        return _Borrowed(shared)
+    return QdrantStore(path=path)
+
+
+@contextlib.contextmanager
+def shared_qdrant(settings: Settings):
+    """Open embedded Qdrant once for a sequence of steps in this thread (a CLI build); it holds
+    the folder's writer lock until the block ends. A Qdrant server needs no sharing."""
+    if settings.qdrant_url:
+        yield
+        return
+    from .qdrant_store import QdrantStore
+    stores = getattr(_shared, "stores", None)
+    if stores is None:
+        stores = _shared.stores = {}
+    key = str(settings.qdrant_path)
+    if key in stores:  # nested: the outer block owns it
+        yield
+        return
+    store = QdrantStore(path=settings.qdrant_path)
+    stores[key] = store
+    try:
+        yield
+    finally:
+        del stores[key]
+        store.close()
 
 
 def open_fts(settings: Settings, path=None):

@@ -447,7 +447,9 @@ class FtsStore:
                    f"FROM {table} JOIN chunks c ON c.rid = {table}.rowid WHERE {table} MATCH ?"]
             args: list[Any] = [expr]
             if filt:
-                sql.append(f"AND {table}.rowid IN (SELECT rowid FROM fts_cjk WHERE fts_cjk MATCH ?)")
+                # `+c.rid`, not `{table}.rowid`: SQLite would push the list into the FTS scan as one
+                # rowid lookup per short-token match (a 1-letter token matches most rows: ~1 s).
+                sql.append("AND +c.rid IN (SELECT rowid FROM fts_cjk WHERE fts_cjk MATCH ?)")
                 args.append(filt)
             if source_kind:
                 sql.append("AND c.source_kind = ?")
