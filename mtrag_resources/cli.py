@@ -172,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mtrag: {exc}", file=sys.stderr)
         return 75  # EX_TEMPFAIL: another build of the source holds its lock; try again later
+    except BrokenPipeError:
+        # `mtrag status | head`: the reader left; say nothing more (and not at exit either)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
