@@ -1,6 +1,7 @@
 """Embedded Qdrant through QdrantStore: write N random points, then time queries.
 
     python bench/qdrant_write.py --out bench/out/qdrant_write.json [--points 20000] [--dim 384]
+                                 [--engine local|edge]   (default: $MTRAG_QDRANT_ENGINE, else local)
 
 Reports upsert points/s (first write), the rewrite of an unchanged source (skipped points),
 and query latency p50/p95 plain and filtered by source.
@@ -22,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mtrag_resources.models import stable_id  # noqa: E402
-from mtrag_resources.stores.qdrant_store import QdrantStore  # noqa: E402
+from mtrag_resources.stores.qdrant_store import ENGINES, QdrantStore, engine_from_env  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -38,7 +39,10 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--path", type=Path, default=None, help="Qdrant folder (default: a temp dir)")
+    ap.add_argument("--engine", choices=ENGINES, default=None,
+                    help="embedded engine (default: $MTRAG_QDRANT_ENGINE, else local)")
     args = ap.parse_args()
+    engine = args.engine or engine_from_env()
 
     rng = np.random.default_rng(0)
     vectors = rng.standard_normal((args.points, args.dim)).astype(np.float32)
@@ -56,7 +60,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = args.path or Path(tmp) / "qdrant"
-        with QdrantStore(path=path) as store:
+        with QdrantStore(path=path, engine=engine) as store:
             t0 = time.perf_counter()
             for sid, pts in sources.items():
                 store.write_source(sid, "code", "g1", pts, batch_size=args.batch_size)
@@ -87,13 +91,13 @@ def main() -> int:
             assert len(got) == min(100, len(sources[sid0]))
             total = store.count("code")
         reopen_t = time.perf_counter()
-        with QdrantStore(path=path) as store:
+        with QdrantStore(path=path, engine=engine) as store:
             store.count("code")
         reopen_s = time.perf_counter() - reopen_t
 
     result = {
         "bench": "qdrant_write",
-        "mode": "embedded (QdrantClient(path=...))",
+        "mode": "embedded", "engine": engine,
         "points": total, "dim": args.dim, "sources": args.sources, "batch_size": args.batch_size,
         "upsert_seconds": write_s, "upsert_points_per_s": args.points / write_s,
         "unchanged_rewrite": {"points": len(sources[sid0]), "seconds": rewrite_s,
@@ -110,6 +114,7 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"engine {engine}")
     print(f"upsert: {args.points} points in {write_s:.1f} s = {args.points / write_s:.0f} points/s")
     print(f"unchanged rewrite of {len(sources[sid0])} points: {rewrite_s:.2f} s "
           f"({rewrite['skipped']} skipped, {rewrite['upserted']} upserted); "

@@ -1,4 +1,5 @@
-"""QdrantStore against a real embedded Qdrant folder in tmp_path."""
+"""QdrantStore against a real embedded Qdrant folder in tmp_path, once per embedded engine
+(qdrant-client local mode and Qdrant Edge)."""
 from __future__ import annotations
 
 import subprocess
@@ -12,11 +13,16 @@ import pytest
 
 from mtrag_resources.models import stable_id
 from mtrag_resources.stores.qdrant_store import (
+    ENGINE_ENV,
+    ENGINES,
     CollectionDimMismatch,
+    QdrantEngineMismatch,
     QdrantStore,
     QdrantStoreLocked,
     collection_name,
+    copy_for_reader,
     copy_local_snapshot,
+    folder_engine,
     point_id,
 )
 
@@ -40,9 +46,18 @@ def make_points(source_id: str, n: int, start: int = 0, salt: str = "") -> list[
     return pts
 
 
+@pytest.fixture(params=ENGINES)
+def engine(request, monkeypatch) -> str:
+    """Each embedded engine in turn, through the environment, so that QdrantStore(path=...) here
+    and in the subprocesses the tests start all use it."""
+    monkeypatch.setenv(ENGINE_ENV, request.param)
+    return request.param
+
+
 @pytest.fixture()
-def store(tmp_path: Path):
+def store(tmp_path: Path, engine: str):
     with QdrantStore(path=tmp_path / "qdrant") as s:
+        assert s.engine == engine
         yield s
 
 
@@ -178,7 +193,7 @@ def test_source_changing_kind_leaves_nothing_behind(store: QdrantStore) -> None:
     assert store.count("code", "src-a") == 0 and store.count("docs", "src-a") == 2
 
 
-def test_reopen_sees_persisted_points(tmp_path: Path) -> None:
+def test_reopen_sees_persisted_points(tmp_path: Path, engine: str) -> None:
     with QdrantStore(path=tmp_path / "q") as s:
         s.write_source("src-a", "code", "g1", make_points("src-a", 6))
     with QdrantStore(path=tmp_path / "q") as s:
@@ -203,7 +218,7 @@ def _start_holder(path: Path) -> subprocess.Popen:
     return proc
 
 
-def test_second_process_waits_for_the_lock(tmp_path: Path) -> None:
+def test_second_process_waits_for_the_lock(tmp_path: Path, engine: str) -> None:
     path = tmp_path / "qdrant"
     holder = _start_holder(path)
     try:
@@ -217,7 +232,7 @@ def test_second_process_waits_for_the_lock(tmp_path: Path) -> None:
     assert holder.returncode == 0
 
 
-def test_lock_timeout_names_the_folder(tmp_path: Path) -> None:
+def test_lock_timeout_names_the_folder(tmp_path: Path, engine: str) -> None:
     path = tmp_path / "qdrant"
     holder = _start_holder(path)
     try:
@@ -229,7 +244,7 @@ def test_lock_timeout_names_the_folder(tmp_path: Path) -> None:
         holder.wait(30)
 
 
-def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path) -> None:
+def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path, engine: str) -> None:
     live = tmp_path / "live"
     published = tmp_path / "pub" / "qdrant"
     with QdrantStore(path=live) as s:
@@ -255,3 +270,63 @@ def test_opening_the_same_folder_twice_in_one_process_fails_fast(store: QdrantSt
         QdrantStore(path=store.path, lock_timeout=30)
     assert time.monotonic() - t0 < 1
     store.write_source("src-a", "code", "g", make_points("src-a", 1))  # still usable
+
+
+def test_copy_for_reader_opens_privately_and_keeps_holes(tmp_path: Path, engine: str) -> None:
+    live, published, private = tmp_path / "live", tmp_path / "pub" / "qdrant", tmp_path / "private"
+    with QdrantStore(path=live) as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 50))
+        s.publish_snapshot(published)
+    private.mkdir()  # the reader copies into a fresh mkdtemp()
+    copy_for_reader(published, private)
+    with QdrantStore(path=private, lock_timeout=1) as reader:
+        assert reader.count("code", "src-a") == 50 and reader.marker("src-a").committed
+
+    def allocated(folder: Path) -> int:
+        return sum(f.stat().st_blocks * 512 for f in folder.rglob("*") if f.is_file())
+
+    # Edge preallocates sparse files; a plain copy would allocate them in full
+    assert allocated(private) <= allocated(published.resolve()) * 1.2 + 65536
+
+
+def test_opening_a_folder_with_the_other_engine_names_it(tmp_path: Path) -> None:
+    for built, other in (ENGINES, ENGINES[::-1]):
+        path = tmp_path / built
+        with QdrantStore(path=path, engine=built) as s:
+            s.write_source("src-a", "code", "g", make_points("src-a", 2))
+        assert folder_engine(path) == built
+        with pytest.raises(QdrantEngineMismatch, match=rf"{path}.*{built!r}.*{ENGINE_ENV}={built}"):
+            QdrantStore(path=path, engine=other, lock_timeout=1)
+        with QdrantStore(path=path, engine=built, lock_timeout=1) as s:  # the lock was released
+            assert s.count("code") == 2
+
+
+def test_local_folder_without_engine_file_is_local(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    with QdrantStore(path=path, engine="local") as s:
+        s.write_source("src-a", "code", "g", make_points("src-a", 2))
+    (path / "engine.json").unlink()  # as written before stores recorded their engine
+    assert folder_engine(path) == "local"
+    with pytest.raises(QdrantEngineMismatch):
+        QdrantStore(path=path, engine="edge", lock_timeout=1)
+
+
+def test_engines_return_the_same_exact_results(tmp_path: Path) -> None:
+    sources = {f"src-{i}": make_points(f"src-{i}", 60) for i in range(3)}
+    stores = [QdrantStore(path=tmp_path / e, engine=e) for e in ENGINES]
+    try:
+        for s in stores:
+            for sid, pts in sources.items():
+                s.write_source(sid, "code", "g", pts)
+            s.delete_source("src-2")  # deleted points must not come back in either engine
+        for seed in range(10):
+            q = vec(1000 + seed)
+            for kw in ({}, {"source_ids": ["src-1"]}, {"filters": {"file_path": ["pkg/mod3.py"]}}):
+                local, edge = (s.search("code", q, k=25, **kw) for s in stores)
+                assert [h["chunk_id"] for h in local] == [h["chunk_id"] for h in edge]
+                assert [h["score"] for h in local] == pytest.approx([h["score"] for h in edge],
+                                                                     abs=1e-5)
+                assert [h["payload"] for h in local] == [h["payload"] for h in edge]
+    finally:
+        for s in stores:
+            s.close()

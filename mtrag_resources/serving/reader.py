@@ -137,14 +137,13 @@ class ReaderCore:
 
     def _open_stores(self) -> None:
         from ..stores.fts_store import FtsStore
-        from ..stores.qdrant_store import QdrantStore
+        from ..stores.qdrant_store import QdrantStore, copy_for_reader
         snapshot = self.manifest.get("stores", {}).get("qdrant_snapshot")
         if self.settings.qdrant_url:
             self._qdrant = QdrantStore(url=self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
         elif snapshot:
             private = tempfile.mkdtemp(prefix="mtrag-reader-qdrant-")
-            shutil.copytree(snapshot, private, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns(".lock"))
+            copy_for_reader(snapshot, private)
             self._qdrant_copy = private
             self._qdrant = QdrantStore(path=Path(private), lock_timeout=5)
         self._fts = FtsStore(self.settings.fts_path)

@@ -3,6 +3,12 @@
 One API whether Qdrant is embedded (`QdrantStore(path=...)`, the local default) or a server
 (`QdrantStore(url=...)`); callers never branch on the deployment.
 
+Embedded mode has two engines, chosen by `MTRAG_QDRANT_ENGINE` (or `engine=`): `local`, the
+default, is qdrant-client's local mode; `edge` is Qdrant Edge (qdrant-edge-py, one shard folder
+per collection; see qdrant_edge_client.py), much faster to write, open and search, with the same
+exact results. A folder records its engine in `engine.json` (folders without one but with
+qdrant-client's meta.json are local), and opening it with the other engine is an error.
+
 - One collection per source kind: `mtrag_code`, `mtrag_docs` (cosine, created on first write).
 - Point id = the chunk id read as a UUID (chunk ids are 32 hex chars), else uuid5 of it.
 - `mtrag_markers` holds one point per source: {source_id, generation, state, updated_at}.
@@ -10,15 +16,17 @@ One API whether Qdrant is embedded (`QdrantStore(path=...)`, the local default) 
   delete the source's points that are not in the new set -> committed. An interrupted write
   leaves the marker at `begin`, which the reader reports as stale; the next write converges.
 
-Embedded mode allows one process per folder and qdrant-client fails at once when the folder is
+Embedded mode allows one process per folder and both engines fail at once when the folder is
 taken, so the store guards the client's lifetime with its own lock (`<folder>.mtrag.lock`) and
-waits for it; readers open a published copy (`copy_local_snapshot`) instead of the live folder.
+waits for it; readers open a published copy (`copy_local_snapshot`, then `copy_for_reader` into
+a private folder) instead of the live folder.
 
-Embedded mode persists every point in its own SQLite transaction; with SQLite's default rollback
+Local mode persists every point in its own SQLite transaction; with SQLite's default rollback
 journal each one is an fsync (measured here: ~180 commits/s, so 20k points took minutes). The
-store switches the embedded collections' SQLite files to WAL with synchronous=NORMAL (~20k
+store switches the local collections' SQLite files to WAL with synchronous=NORMAL (~20k
 commits/s) and checkpoints (fsync) a collection before its marker says committed, so the marker
 never claims points a crash could lose. `fast_local_writes=False` keeps qdrant-client's defaults.
+Edge writes through its own WAL; the store flushes a shard at the same point instead.
 """
 from __future__ import annotations
 
@@ -64,6 +72,40 @@ class QdrantStoreLocked(QdrantStoreError, TimeoutError):
 
 class CollectionDimMismatch(QdrantStoreError, ValueError):
     pass
+
+
+class QdrantEngineMismatch(QdrantStoreError, ValueError):
+    """The folder was built by the other embedded engine."""
+
+
+ENGINES = ("local", "edge")
+ENGINE_ENV = "MTRAG_QDRANT_ENGINE"
+ENGINE_FILE = "engine.json"
+
+
+def engine_from_env() -> str:
+    engine = os.environ.get(ENGINE_ENV, "").strip().lower() or "local"
+    if engine not in ENGINES:
+        raise ValueError(f"{ENGINE_ENV}={engine!r}: expected one of {', '.join(ENGINES)}")
+    return engine
+
+
+def folder_engine(folder: Path | str) -> str | None:
+    """The embedded engine that built `folder`, or None for a folder no engine has used yet."""
+    folder = Path(folder)
+    with contextlib.suppress(FileNotFoundError):
+        return str(json.loads((folder / ENGINE_FILE).read_text())["engine"])
+    return "local" if (folder / "meta.json").is_file() else None  # made before engine.json
+
+
+def _claim_engine(folder: Path, engine: str) -> None:
+    found = folder_engine(folder)
+    if found is None:
+        (folder / ENGINE_FILE).write_text(json.dumps({"engine": engine}) + "\n")
+    elif found != engine:
+        raise QdrantEngineMismatch(
+            f"the embedded Qdrant folder {folder} was built with the {found!r} engine, not "
+            f"{engine!r}: set {ENGINE_ENV}={found}, or rebuild into another folder")
 
 
 def _qdrant():
@@ -203,11 +245,14 @@ class _FolderLock:
 class QdrantStore:
     def __init__(self, path: Path | str | None = None, url: str | None = None,
                  api_key: str | None = None, lock_timeout: float = 300,
-                 fast_local_writes: bool = True) -> None:
+                 fast_local_writes: bool = True, engine: str | None = None) -> None:
         if (path is None) == (url is None):
             raise ValueError("QdrantStore needs exactly one of path (embedded) or url (server)")
         self.path = Path(path).resolve() if path is not None else None
         self.url = url
+        self.engine = "server" if url is not None else (engine or engine_from_env())
+        if self.path is not None and self.engine not in ENGINES:
+            raise ValueError(f"engine={self.engine!r}: expected one of {', '.join(ENGINES)}")
         self._lock: _FolderLock | None = None
         self._dims: dict[str, int] = {}
         self._fast_local_writes = fast_local_writes
@@ -218,10 +263,16 @@ class QdrantStore:
             self._lock.acquire()
             try:
                 self.path.mkdir(parents=True, exist_ok=True)
-                self.client = QdrantClient(path=str(self.path))
-            except RuntimeError as exc:
+                _claim_engine(self.path, self.engine)
+                if self.engine == "edge":
+                    from mtrag_resources.stores.qdrant_edge_client import EdgeClient
+                    self.client = EdgeClient(self.path)
+                else:
+                    self.client = QdrantClient(path=str(self.path))
+            except Exception as exc:
                 self._lock.release()
-                if "already accessed" in str(exc):
+                # local mode's and Edge's (a WAL flock) own one-process-per-folder errors
+                if "already accessed" in str(exc) or "WouldBlock" in str(exc):
                     raise QdrantStoreLocked(
                         f"the embedded Qdrant folder {self.path} is open in a process that does "
                         f"not take {self._lock.path}: {exc}") from exc
@@ -290,12 +341,19 @@ class QdrantStore:
 
     def _sync_local(self, name: str) -> None:
         """Make the collection's committed points durable (and fold the WAL into the file)."""
+        if self.engine == "edge":
+            self.client.flush(name)
+            return
         conn = self._local_sqlite(name)
         if conn is not None and name in self._tuned:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def checkpoint(self) -> None:
-        for name in list(self._local_collections()):
+        if self.engine == "edge":
+            names = [c.name for c in self.client.get_collections().collections]
+        else:
+            names = list(self._local_collections())
+        for name in names:
             self._sync_local(name)
 
     # -- collections --------------------------------------------------------------------------
@@ -610,8 +668,54 @@ class QdrantStore:
         if self.path is None:
             raise QdrantStoreError("publish_snapshot needs an embedded store; a server serves "
                                    "readers directly")
-        self.checkpoint()
+        if self.engine == "edge":
+            # Edge keeps deleted points until its optimizer vacuums them (a no-op while under 20%
+            # of a segment); vacuum here, once per build, rather than after every write
+            for c in self.client.get_collections().collections:
+                self.client.optimize(c.name)
+        self.checkpoint()  # Edge: flushed segments, so the copy needs no WAL replay to be whole
         return copy_local_snapshot(self.path, dst, lock=False, keep=keep, protect=protect)
+
+
+_COPY_BLOCK = 1 << 16
+# lock files are per process and never copied; a SQLite WAL file holds committed points and is
+# copied, its -shm index is rebuilt on open
+_NOT_COPIED = shutil.ignore_patterns(".lock", "*.tmp", "*-shm")
+
+
+def _copy_sparse(src: str, dst: str) -> str:
+    """shutil.copy2 that keeps holes: Edge preallocates sparse 32 MiB files (WAL, mmaps) and a
+    plain copy writes their zeros out (~3x the disk). Holes are skipped with SEEK_DATA/SEEK_HOLE
+    and all-zero blocks inside data are left as holes too."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fd, size, pos = fin.fileno(), os.fstat(fin.fileno()).st_size, 0
+        while pos < size:
+            try:
+                pos = os.lseek(fd, pos, os.SEEK_DATA)
+                end = os.lseek(fd, pos, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # nothing but a hole up to the end
+                    break
+                end = size  # no hole support here: scan it all
+            except AttributeError:  # no SEEK_DATA on this platform
+                end = size
+            fin.seek(pos)
+            while pos < end:
+                block = fin.read(min(_COPY_BLOCK, end - pos))
+                if not block:
+                    break
+                if block.count(0) != len(block):
+                    fout.seek(pos)
+                    fout.write(block)
+                pos += len(block)
+        fout.truncate(size)
+    shutil.copystat(src, dst)
+    return dst
+
+
+def copy_for_reader(src: Path | str, dst: Path | str) -> None:
+    """Copy a published snapshot into a reader's private folder (either engine), keeping holes."""
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=_NOT_COPIED, copy_function=_copy_sparse)
 
 
 def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: bool = True,
@@ -629,16 +733,16 @@ def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: boo
     """
     src = Path(src_path).resolve()
     dst = Path(dst_path).absolute()
-    if not (src / "meta.json").is_file():
-        raise FileNotFoundError(f"{src} is not an embedded Qdrant folder (no meta.json)")
+    if folder_engine(src) is None:
+        raise FileNotFoundError(f"{src} is not an embedded Qdrant folder (no {ENGINE_FILE} or "
+                                "meta.json)")
     dst.parent.mkdir(parents=True, exist_ok=True)
     version = dst.parent / f"{dst.name}.v-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
     tmp = dst.parent / f".{version.name}.tmp"
     guard = _FolderLock(src, lock_timeout) if lock else contextlib.nullcontext()
     try:
         with guard:
-            # a WAL file holds committed points and is copied; the -shm index is rebuilt on open
-            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(".lock", "*.tmp", "*-shm"))
+            shutil.copytree(src, tmp, ignore=_NOT_COPIED, copy_function=_copy_sparse)
         os.rename(tmp, version)
     finally:
         if tmp.exists():

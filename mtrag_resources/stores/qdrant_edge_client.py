@@ -1,0 +1,176 @@
+"""Qdrant Edge (qdrant-edge-py) behind the few QdrantClient calls that QdrantStore makes.
+
+QdrantStore keeps one code path for every engine: it builds qdrant_client `models` objects and
+calls `collection_exists`, `upsert`, `scroll`, `query_points`, ...; `EdgeClient` answers those
+calls on Edge shards. Edge has no collections, so each collection is one shard folder under the
+store root (`<root>/mtrag_code`, `<root>/mtrag_docs`, `<root>/mtrag_markers`).
+
+Search stays exact, as in qdrant-client's local mode: shards are created with an indexing
+threshold no segment reaches (optimize() never builds HNSW) and every query asks for
+`SearchParams(exact=True)`, so a shard built elsewhere with HNSW is still searched exactly.
+Only the calls and model shapes QdrantStore uses are translated; anything else raises.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+# optimize() still vacuums deleted points and merges segments, it just never indexes them
+_NEVER_INDEX_KB = 2**40
+EDGE_CONFIG_FILE = "edge_config.json"
+
+
+def _edge():
+    import qdrant_edge  # imported on first use: the default (local) engine never needs it
+
+    return qdrant_edge
+
+
+def is_edge_shard(folder: Path) -> bool:
+    return (folder / EDGE_CONFIG_FILE).is_file()
+
+
+def _match(match: Any):
+    q = _edge()
+    if hasattr(match, "any"):
+        return q.MatchAny(list(match.any))
+    if hasattr(match, "value"):
+        return q.MatchValue(match.value)
+    raise NotImplementedError(f"EdgeClient does not translate {type(match).__name__}")
+
+
+def _filter(flt: Any):
+    """qdrant_client models.Filter of FieldCondition(match=MatchValue|MatchAny) -> Edge Filter."""
+    if flt is None:
+        return None
+    q = _edge()
+
+    def conditions(conds):
+        if conds is None:
+            return None
+        out = []
+        for c in (conds if isinstance(conds, list) else [conds]):
+            if hasattr(c, "must"):  # a nested Filter
+                out.append(_filter(c))
+            elif getattr(c, "match", None) is not None:
+                out.append(q.FieldCondition(c.key, match=_match(c.match)))
+            else:
+                raise NotImplementedError(f"EdgeClient does not translate {c!r}")
+        return out
+
+    return q.Filter(must=conditions(flt.must), should=conditions(flt.should),
+                    must_not=conditions(flt.must_not))
+
+
+class EdgeClient:
+    """One Edge shard per collection under `root`; all existing shards are opened at once, so a
+    folder held elsewhere fails here, as QdrantClient(path=...) does."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._shards: dict[str, Any] = {}
+        try:
+            for folder in sorted(self.root.iterdir()):
+                if folder.is_dir() and is_edge_shard(folder):
+                    self._shards[folder.name] = _edge().EdgeShard.load(str(folder))
+        except BaseException:
+            self.close()
+            raise
+
+    def _shard(self, name: str):
+        try:
+            return self._shards[name]
+        except KeyError:
+            raise ValueError(f"collection {name} not found in {self.root}") from None
+
+    # -- collections ----------------------------------------------------------------------
+    def collection_exists(self, name: str) -> bool:
+        return name in self._shards
+
+    def get_collections(self):
+        return SimpleNamespace(collections=[SimpleNamespace(name=n) for n in sorted(self._shards)])
+
+    def create_collection(self, name: str, vectors_config: Any) -> None:
+        q = _edge()
+        distance = getattr(vectors_config.distance, "value", vectors_config.distance)
+        config = q.EdgeConfig(
+            vectors=q.EdgeVectorParams(size=int(vectors_config.size),
+                                       distance=getattr(q.Distance, distance)),
+            optimizers=q.EdgeOptimizersConfig(indexing_threshold=_NEVER_INDEX_KB))
+        self._shards[name] = q.EdgeShard.create(str(self.root / name), config)
+
+    def create_payload_index(self, name: str, field: str, schema: Any) -> None:
+        q = _edge()
+        kind = getattr(q.PayloadSchemaType, str(getattr(schema, "value", schema)).capitalize())
+        self._shard(name).update(q.UpdateOperation.create_field_index(field, kind))
+
+    def delete_collection(self, name: str) -> None:
+        shard = self._shards.pop(name, None)
+        if shard is not None:
+            shard.close()
+        shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def get_collection(self, name: str):
+        # Edge has no config getter; the shard keeps its config in this file
+        config = json.loads((self.root / name / EDGE_CONFIG_FILE).read_text())
+        vectors = config["vectors"][""]
+        return SimpleNamespace(
+            points_count=self._shard(name).info().points_count,
+            config=SimpleNamespace(params=SimpleNamespace(vectors=SimpleNamespace(
+                size=int(vectors["size"]), distance=vectors["distance"]))))
+
+    # -- points ---------------------------------------------------------------------------
+    def upsert(self, name: str, points: list, wait: bool = True) -> None:
+        q = _edge()
+        self._shard(name).update(q.UpdateOperation.upsert_points(
+            [q.Point(p.id, p.vector, p.payload) for p in points]))
+
+    def delete(self, name: str, points_selector: Any, wait: bool = True) -> None:
+        q = _edge()
+        if hasattr(points_selector, "points"):
+            op = q.UpdateOperation.delete_points(list(points_selector.points))
+        else:
+            op = q.UpdateOperation.delete_points_by_filter(_filter(points_selector.filter))
+        self._shard(name).update(op)
+
+    def retrieve(self, name: str, ids: list, with_payload: bool = True,
+                 with_vectors: bool = False) -> list:
+        return self._shard(name).retrieve(list(ids), with_payload=with_payload,
+                                          with_vector=with_vectors)
+
+    def scroll(self, name: str, scroll_filter: Any = None, limit: int = 10, offset: Any = None,
+               with_payload: Any = True, with_vectors: bool = False) -> tuple[list, Any]:
+        return self._shard(name).scroll(_edge().ScrollRequest(
+            offset=offset, limit=limit, filter=_filter(scroll_filter), with_payload=with_payload,
+            with_vector=with_vectors))
+
+    def count(self, name: str, count_filter: Any = None, exact: bool = True):
+        return SimpleNamespace(count=self._shard(name).count(
+            _edge().CountRequest(exact=exact, filter=_filter(count_filter))))
+
+    def query_points(self, name: str, query: list, limit: int = 10, query_filter: Any = None,
+                     with_payload: Any = True, with_vectors: bool = False):
+        q = _edge()
+        points = self._shard(name).query(q.QueryRequest(
+            limit=limit, query=q.Query.Nearest(list(query)), filter=_filter(query_filter),
+            with_payload=with_payload, with_vector=with_vectors,
+            params=q.SearchParams(exact=True)))
+        return SimpleNamespace(points=points)
+
+    # -- durability -----------------------------------------------------------------------
+    def flush(self, name: str) -> None:
+        if name in self._shards:
+            self._shards[name].flush()
+
+    def optimize(self, name: str) -> None:
+        """Drop deleted points for good (Edge only marks them until its optimizer runs)."""
+        if name in self._shards:
+            self._shards[name].optimize()
+
+    def close(self) -> None:
+        shards, self._shards = self._shards, {}
+        for shard in shards.values():
+            shard.close()
