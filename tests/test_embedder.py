@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mtrag_resources.embedder import Embedder, EmbedderConfig, fingerprint_id_of
+from mtrag_resources.embedder import BACKENDS, Embedder, EmbedderConfig, fingerprint_id_of, onnx_dir
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,74 @@ def test_fingerprint_without_loading_imports_no_torch() -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == Embedder(EmbedderConfig()).fingerprint_id
+
+
+# -- backends ---------------------------------------------------------------------------------
+
+
+def test_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert EmbedderConfig().backend == "onnx"  # the default on the CPU
+    assert EmbedderConfig(device="cuda").backend == "torch"  # and on an accelerator
+    monkeypatch.setenv("MTRAG_EMBED_BACKEND", "onnx-int8")
+    assert EmbedderConfig.from_env().backend == "onnx-int8"
+    with pytest.raises(ValueError):
+        EmbedderConfig(backend="tensorrt")
+    with pytest.raises(ValueError):
+        EmbedderConfig(backend="onnx", device="cuda")
+
+
+def test_fingerprint_differs_per_backend(embedder: Embedder) -> None:
+    ids = {b: Embedder(EmbedderConfig(backend=b)).fingerprint_without_loading() for b in BACKENDS}
+    assert "backend" not in ids["torch"]  # the torch fingerprint predates backends: caches stay valid
+    assert ids["onnx"] == embedder.fingerprint  # the default
+    assert len({fingerprint_id_of(fp) for fp in ids.values()}) == len(BACKENDS)
+    assert ids["onnx-int8"]["backend"] in ("onnx-int8-vnni", "onnx-int8-avx2")
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MTRAG_CACHE_DIR", str(tmp_path_factory.mktemp("mtrag-cache")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def torch_vectors() -> np.ndarray:
+    return Embedder(EmbedderConfig(batch_size=4, backend="torch")).encode(TEXTS)
+
+
+def test_onnx_agrees_with_torch_and_exports_once(torch_vectors, onnx_cache) -> None:
+    ref = torch_vectors
+    first = Embedder(EmbedderConfig(batch_size=4, backend="onnx"))
+    vecs = first.encode(TEXTS)
+    assert vecs.dtype == np.float32 and vecs.shape == ref.shape
+    assert (vecs * ref).sum(1).min() > 0.999
+    onnx_file = onnx_dir(first.fingerprint["weights_sha256"]) / "model.onnx"
+    mtime = onnx_file.stat().st_mtime_ns
+    second = Embedder(EmbedderConfig(backend="onnx"))
+    np.testing.assert_allclose(second.encode(TEXTS), vecs, atol=1e-5)
+    # once exported, the ONNX file runs without torch and transformers: same vectors
+    assert type(second.model).__name__ == "OnnxLiteModel" and type(first.model).__name__ != "OnnxLiteModel"
+    assert onnx_file.stat().st_mtime_ns == mtime  # reused, not exported again
+    assert not list(onnx_file.parent.glob("*.tmp*"))
+    assert second.fingerprint == second.fingerprint_without_loading()
+
+
+def test_onnx_int8_close_to_torch(torch_vectors, onnx_cache) -> None:
+    ref = torch_vectors
+    vecs = Embedder(EmbedderConfig(backend="onnx-int8")).encode(TEXTS)
+    cos = (vecs * ref).sum(1)
+    assert cos.mean() > 0.97 and cos.min() > 0.95  # int8: close, not equal (see the bench)
+
+
+def test_onnx_without_torch_in_a_fresh_process() -> None:
+    """The point of the lite path: a server or a one-chunk build never imports torch."""
+    import subprocess
+    import sys
+    code = ("import sys; from mtrag_resources.embedder import Embedder, EmbedderConfig; "
+            "e = Embedder(EmbedderConfig(threads=1)); v = e.encode(['x', 'a longer text']); "
+            "print(v.shape, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    Embedder(EmbedderConfig()).encode(["export first"])  # the default cache holds the export now
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["(2,", "384)", "False", "False"]
