@@ -6,7 +6,6 @@ from .cas_chunks import cas_chunks
 from .embedding_cache import embedding_cache
 from .fts_db import fts_db
 from .neo4j_graph import neo4j_graph
-from .partitions import sources_partitions
 from .qdrant_collection import qdrant_collection
 from .raw_source import raw_source
 
@@ -17,6 +16,5 @@ SOURCE_STAGES = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdran
 build_source_job = dg.define_asset_job(
     "build_source",
     selection=dg.AssetSelection.assets(*SOURCE_STAGES) | dg.AssetSelection.checks(*ALL_CHECKS),
-    partitions_def=sources_partitions,
     description="Rebuild one source partition: snapshot, chunks, graph, embeddings and its three stores.",
 )

@@ -9,12 +9,14 @@ import hmac
 import ipaddress
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .reader import EmbedderMismatch, QueryError
 
 MAX_BODY_BYTES = 64 * 1024
 SOCKET_TIMEOUT_S = 30
+WORKERS = 32  # request threads; a stalled client holds one for at most SOCKET_TIMEOUT_S
 QUERY_FIELDS = {"text", "query", "k", "kind", "mode"}
 PATHS_FIELDS = {"from", "to", "rel", "direction", "max_hops", "verified_only", "limit"}
 
@@ -120,8 +122,21 @@ def _no_unknown(body: dict, allowed: set[str]) -> None:
 
 
 class Server(ThreadingHTTPServer):
+    """Requests run on a fixed pool of worker threads, not one new thread each: per-thread state
+    (the FTS store's SQLite connection and page cache) is made once per worker and reused."""
     daemon_threads = True
     request_queue_size = 64
+    workers = WORKERS
+
+    def process_request(self, request, client_address):
+        if getattr(self, "_pool", None) is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="mtrag-http")
+        self._pool.submit(self.process_request_thread, request, client_address)
+
+    def server_close(self):
+        super().server_close()
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None,

@@ -299,6 +299,7 @@ class ReaderCore:
         rankings: dict[str, list[str]] = {}
         cosines: dict[str, float] = {}
         payloads: dict[str, dict] = {}
+        dense_kind: dict[str, str] = {}  # dense hit -> collection kind (its payload is fetched only if needed)
         qvec = None
         t = {}
         if "dense" in channels or mode == "bundles":
@@ -318,10 +319,11 @@ class ReaderCore:
                 # source of this kind must be left out (stale or unpublished).
                 every = sorted(s for s, e in sources.items() if e["kind"] == kd) == sorted(ids) and not self._unpublished(kd)
                 with self._qdrant_lock:
-                    found = self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=None if every else ids)
+                    found = self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=None if every else ids,
+                                                payload_fields=[])
                 for h in found:
                     dense.append((h["chunk_id"], float(h["score"])))
-                    payloads[h["chunk_id"]] = h["payload"]
+                    dense_kind[h["chunk_id"]] = kd
             dense.sort(key=lambda x: -x[1])
             cosines.update(dict(dense))
             rankings["dense"] = dense
@@ -344,6 +346,12 @@ class ReaderCore:
         recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows = {cid: r for cid, r in self._fts.get_chunks(recalled).items() if r["source_id"] not in stale_f}
+        # Dense hits of sources whose FTS is stale: their row is the Qdrant payload (+ CAS text).
+        for kd in kinds:
+            need = [cid for cid, kd2 in dense_kind.items() if kd2 == kd and cid not in rows]
+            if need and self._qdrant is not None:
+                with self._qdrant_lock:
+                    payloads.update(self._qdrant.payloads_for(kd, need))
         if qvec is not None and self._qdrant is not None:
             # Exact and lexical candidates get their true cosine by point id: no invented ranks.
             missing = [cid for cid in recalled if cid not in cosines and cid in rows

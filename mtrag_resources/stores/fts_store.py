@@ -29,6 +29,7 @@ title 4, symbol 4, summary 2, text 1 (`fts_query.BM25_WEIGHTS`); a hit's `score`
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -143,7 +144,7 @@ class FtsStore:
         self.busy_timeout_ms = int(busy_timeout_ms)
         self.readonly = readonly
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: list[tuple[threading.Thread, sqlite3.Connection]] = []  # (owner thread, connection)
         self._lock = threading.Lock()
         if readonly:
             if not self.path.exists():
@@ -177,12 +178,19 @@ class FtsStore:
             conn = self._connect()
             loc.conn, loc.pid = conn, os.getpid()
             with self._lock:
-                self._all.append(conn)
+                # Threads come and go (one per request in some servers): close the connections
+                # of finished threads, or each would keep its page cache for the store's life.
+                dead = [c for t, c in self._all if not t.is_alive()]
+                self._all = [(t, c) for t, c in self._all if t.is_alive()]
+                self._all.append((threading.current_thread(), conn))
+            for c in dead:
+                with contextlib.suppress(sqlite3.Error):
+                    c.close()
         return conn
 
     def close(self) -> None:
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._all = [c for _, c in self._all], []
         for c in conns:
             try:
                 c.close()
