@@ -12,6 +12,7 @@ import dagster as dg
 from mtrag_resources.buildstate import changed_sources, mark_dirty, source_lock
 from mtrag_resources.config import Settings
 from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stages.index_manifest import lagging_sources
 from mtrag_resources.stores.connect import shared_qdrant
 
 from .checks import ALL_CHECKS
@@ -131,13 +132,25 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         # One embedded Qdrant open for the whole build instead of one per step and check.
         stack.enter_context(shared_qdrant(settings))
         publish_marker = mark_dirty(settings)
-        for sid in targets:
-            log(f"building source {sid} ...")
+
+        def build_source(sid: str) -> None:
             marker = mark_dirty(settings, sid)
             result = dg.materialize(PARTITIONED_ASSETS + ALL_CHECKS, partition_key=sid, instance=instance,
                                     resources=resources, tags=tags, run_config=QUIET)
             marker.unlink(missing_ok=True)
             runs[sid] = result.run_id
+
+        for sid in targets:
+            log(f"building source {sid} ...")
+            build_source(sid)
+        # Unchanged files but stores that lost the source (or a crashed writer): rebuild it too,
+        # so the publish gate passes without a manual --force.
+        lagging = lagging_sources(settings, [s for s in specs if s.id not in targets], resources["mtrag"].embedder())
+        for sid, why in lagging.items():
+            log(f"source {sid}: {why}; rebuilding it ...")
+            stack.enter_context(source_lock(settings, sid))
+            build_source(sid)
+        targets = targets + list(lagging)
         log("resolving cross-source links and publishing the manifest ...")
         result = dg.materialize(ALL_ASSETS, selection=GLOBAL_ASSETS, instance=instance, resources=resources,
                                 tags=tags, run_config=QUIET)

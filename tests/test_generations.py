@@ -149,3 +149,21 @@ def test_cli_no_change_shortcut(mtrag_env):
                          env=dict(os.environ), timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "built ['shop']" in out.stdout
+
+
+def test_build_rebuilds_a_source_whose_store_lost_it_without_force(mtrag_env):
+    """Files unchanged, but Neo4j lost one source (wiped by hand): the next build of another change
+    rebuilds that source too and publishes, instead of refusing at the gate."""
+    build()
+    neo = open_neo4j(settings())
+    try:
+        neo.delete_source("shop-docs")
+    finally:
+        neo.close()
+    _edit_tax(mtrag_env, "after-loss")
+    result = build()
+    assert result["built"] == ["shop", "shop-docs"]
+    manifest = load_current(settings().manifest_dir)
+    assert manifest["generation"] == 2
+    assert manifest["sources"]["shop-docs"]["stores"]["neo4j"]["state"] == "committed"
+    assert IndexReader(home=str(mtrag_env["home"]), log_proposals=False).status()["stale"] == []
