@@ -75,14 +75,6 @@ def git_commit(root: Path) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _walk(root: Path, include) -> "Iterator[tuple[str, Path, str | None]]":
     """Yield (rel_path, abs_path, skip_reason|None). Symlinked directories are not followed, which
     also makes symlink loops harmless. Directories no include glob can reach are not entered: a
