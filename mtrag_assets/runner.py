@@ -124,7 +124,8 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     elif force:
         targets, removed = [s.id for s in specs], []
     else:
-        targets, removed = changed_sources(settings, specs, None)
+        # The embedder's fingerprint too: a new model or backend invalidates every source's vectors.
+        targets, removed = changed_sources(settings, specs, resources["mtrag"].embedder().fingerprint_id)
     runs = {}
     with ExitStack() as stack:
         for sid in targets:

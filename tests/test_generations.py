@@ -167,3 +167,15 @@ def test_build_rebuilds_a_source_whose_store_lost_it_without_force(mtrag_env):
     assert manifest["generation"] == 2
     assert manifest["sources"]["shop-docs"]["stores"]["neo4j"]["state"] == "committed"
     assert IndexReader(home=str(mtrag_env["home"]), log_proposals=False).status()["stale"] == []
+
+
+def test_an_embedder_change_rebuilds_every_source(mtrag_env, monkeypatch):
+    """A new backend changes the fingerprint: every source is re-embedded, not just changed files."""
+    build()
+    before = load_current(settings().manifest_dir)["embedder"]["fingerprint_id"]
+    monkeypatch.setenv("MTRAG_EMBED_BACKEND", "torch")
+    _edit_tax(mtrag_env, "new-embedder")  # one source's files change as well
+    result = build()
+    assert sorted(result["built"]) == ["shop", "shop-docs"]
+    manifest = load_current(settings().manifest_dir)
+    assert manifest["generation"] == 2 and manifest["embedder"]["fingerprint_id"] != before
