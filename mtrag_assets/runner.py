@@ -146,7 +146,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             build_source(sid)
         # Unchanged files but stores that lost the source (or a crashed writer): rebuild it too,
         # so the publish gate passes without a manual --force.
-        lagging = lagging_sources(settings, [s for s in specs if s.id not in targets], resources["mtrag"].embedder())
+        lagging = lagging_sources(settings, [s for s in specs if s.id not in targets])
         for sid, why in lagging.items():
             log(f"source {sid}: {why}; rebuilding it ...")
             stack.enter_context(source_lock(settings, sid))

@@ -191,13 +191,21 @@ class ReaderCore:
             self._loaded_stamp = None
 
     # ------------------------------------------------------------------ gate
-    def gate(self) -> gate.GateState:
+    @contextlib.contextmanager
+    def _published_view(self):
+        """The loaded generation, kept loaded while the block runs, with every SQLite read of the
+        block (the gate's markers and the query's rows) inside one snapshot."""
         self.refresh()
         with self._lock.shared():
             if self._fts is None:
-                return self._gate_now()
+                yield
+                return
             with self._fts.snapshot():
-                return self._gate_now()
+                yield
+
+    def gate(self) -> gate.GateState:
+        with self._published_view():
+            return self._gate_now()
 
     def _gate_now(self) -> gate.GateState:
         """Evaluate the gate on the loaded generation (the caller holds the shared lock and, for
@@ -279,12 +287,8 @@ class ReaderCore:
             raise QueryError(f"kind {kind!r} is not one of {list(KINDS)}")
         if not isinstance(k, int) or not 1 <= k <= 100:
             raise QueryError(f"k must be an integer from 1 to 100, got {k!r}")
-        self.refresh()
-        with self._lock.shared():
-            if self._fts is None:
-                return self._query(text, k, kind, mode)
-            with self._fts.snapshot():
-                return self._query(text, k, kind, mode)
+        with self._published_view():
+            return self._query(text, k, kind, mode)
 
     def _query(self, text: str, k: int, kind: str | None, mode: str) -> dict:
         state = self._gate_now()
@@ -347,11 +351,13 @@ class ReaderCore:
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows = {cid: r for cid, r in self._fts.get_chunks(recalled).items() if r["source_id"] not in stale_f}
         # Dense hits of sources whose FTS is stale: their row is the Qdrant payload (+ CAS text).
-        for kd in kinds:
-            need = [cid for cid, kd2 in dense_kind.items() if kd2 == kd and cid not in rows]
-            if need and self._qdrant is not None:
-                with self._qdrant_lock:
-                    payloads.update(self._qdrant.payloads_for(kd, need))
+        need: dict[str, list[str]] = {}
+        for cid, kd in dense_kind.items():
+            if cid not in rows:
+                need.setdefault(kd, []).append(cid)
+        for kd, ids in need.items():
+            with self._qdrant_lock:
+                payloads.update(self._qdrant.payloads_for(kd, ids))
         if qvec is not None and self._qdrant is not None:
             # Exact and lexical candidates get their true cosine by point id: no invented ranks.
             missing = [cid for cid in recalled if cid not in cosines and cid in rows
@@ -430,8 +436,6 @@ class ReaderCore:
             del h["parent_id"]
 
     # ------------------------------------------------------------------ graph
-    def _graph_ok(self, state: gate.GateState, source_id: str) -> bool:
-        return self._neo4j is not None and not state.is_stale(source_id, "neo4j")
 
     def _bridge(self, hits: list[dict], state: gate.GateState) -> list[dict]:
         """Doc hits -> MENTIONS / IMPLEMENTS -> code symbols; when a doc hit has no edge, the
@@ -498,9 +502,9 @@ class ReaderCore:
         """Call paths from the best exact code anchor (2 hops), when its graph is current."""
         for cid in exact_ids[:3]:
             row = rows.get(cid)
-            neo = self._neo4j
-            if row and row.get("source_kind") == "code" and row.get("symbol") and self._graph_ok(state, row["source_id"]) \
-                    and neo is not None:
+            neo = self._neo4j  # read once: a failed gate elsewhere may drop it meanwhile
+            if row and row.get("source_kind") == "code" and row.get("symbol") and neo is not None \
+                    and not state.is_stale(row["source_id"], "neo4j"):
                 return neo.paths([row["symbol"]], rel_types=["CALLS"], direction="out", max_hops=2,
                                          verified_only=True, limit=5, hard_max_hops=self.max_hops_limit)
         return []
@@ -517,8 +521,7 @@ class ReaderCore:
         bad = [r for r in (rel_types or []) if r not in PATH_RELATIONS]
         if bad:
             raise QueryError(f"unknown relation type(s) {bad}; allowed: {list(PATH_RELATIONS)}")
-        self.refresh()
-        with self._lock.shared():
+        with self._published_view():
             state = self._gate_now()
             out = {"generation": state.generation, "from": from_name, "to": to_name, "paths": [],
                    "stale": list(state.stale)}
