@@ -397,19 +397,24 @@ def onnx_model_file(st_model, weights_sha: str, backend: str) -> Path:
     return q
 
 
-def _use_onnx(st_model, model_file: Path, threads: int) -> None:
-    """Swap the torch transformer inside `st_model` for an onnxruntime session, so encode() keeps
-    sentence-transformers' tokenizing, prompts, pooling and normalizing unchanged."""
-    import numpy as np
+def _ort_session(model_file: Path, threads: int):
     import onnxruntime as ort
-    import torch
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     # Spinning workers burn the CPU that shared cores need: measured much slower under load.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
+
+
+def _use_onnx(st_model, model_file: Path, threads: int) -> None:
+    """Swap the torch transformer inside `st_model` for an onnxruntime session, so encode() keeps
+    sentence-transformers' tokenizing, prompts, pooling and normalizing unchanged."""
+    import numpy as np
+    import torch
+
+    session = _ort_session(model_file, threads)
     names = [i.name for i in session.get_inputs()]
     transformer = st_model[0]
 
@@ -431,7 +436,6 @@ class OnnxLiteModel:
     or transformers (10-15 s of a small incremental build, and ~1 GB of a serving process)."""
 
     def __init__(self, model_dir: Path, model_file: Path, max_seq_length: int, dim: int, threads: int):
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -439,11 +443,7 @@ class OnnxLiteModel:
         pad = (_load_json(model_dir / "special_tokens_map.json") or {}).get("pad_token", "[PAD]")
         pad = pad.get("content", "[PAD]") if isinstance(pad, dict) else pad
         self.tokenizer.enable_padding(pad_id=self.tokenizer.token_to_id(pad) or 0, pad_token=pad)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # see _use_onnx
-        self.session = ort.InferenceSession(str(model_file), opts, providers=["CPUExecutionProvider"])
+        self.session = _ort_session(model_file, threads)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.max_seq_length = max_seq_length
         self.dim = dim
