@@ -190,6 +190,32 @@ def test_embedder_mismatch_is_refused(published, reader):
     assert reader.query("tax", mode="dense")["hits"]
 
 
+def test_query_embedder_follows_the_published_vector_kind(published, reader, monkeypatch):
+    """With MTRAG_EMBED_BACKEND unset, queries are embedded the way the published generation embedded
+    its chunks (an fp32 generation keeps serving after the int8 default); a backend set by hand that
+    makes another kind of vector is refused, naming it."""
+    s = settings()
+    manifest = load_current(s.manifest_dir)
+    core = reader._core()
+    assert reader.query("tax", mode="dense")["hits"]
+    assert core.embedder().config.backend == "onnx-int8"  # built with the default
+    fp32 = json.loads(json.dumps(manifest))
+    fp32["generation"] = manifest["generation"] + 1
+    fp32["embedder"]["backend"] = "onnx"
+    publish(s.manifest_dir, fp32)
+    try:
+        assert reader.query("tax", mode="dense")["hits"]
+        assert core.embedder().config.backend == "onnx"
+        monkeypatch.setenv("MTRAG_EMBED_BACKEND", "onnx-int8")
+        with pytest.raises(EmbedderMismatch, match="vectors"):
+            reader.query("tax", mode="dense")
+    finally:
+        monkeypatch.delenv("MTRAG_EMBED_BACKEND", raising=False)
+        publish(s.manifest_dir, manifest)
+    assert reader.query("tax", mode="dense")["hits"]
+    assert core.embedder().config.backend == "onnx-int8"
+
+
 def test_queries_from_many_threads_at_once_match_the_serial_answers(reader):
     """One reader serves concurrent requests (the HTTP server's threads) without a global lock."""
     queries = [("how is the total price with tax computed", "hybrid"), ("shopcart.tax.lookup_rate", "exact"),

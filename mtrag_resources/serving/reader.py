@@ -261,12 +261,16 @@ class ReaderCore:
     # ------------------------------------------------------------------ embedder
     def embedder(self):
         from ..embedder import Embedder, EmbedderConfig
-        with self._embedder_lock:
-            if self._embedder is None:
-                # one thread per query: requests run in parallel threads, and one short text
-                # gains nothing from splitting (measured: p50 22 ms vs 92 ms with 2 on a busy box)
-                self._embedder = Embedder(EmbedderConfig.from_env(threads=1))
         expected = self.manifest["embedder"]
+        with self._embedder_lock:
+            # one thread per query: requests run in parallel threads, and one short text
+            # gains nothing from splitting (measured: p50 22 ms vs 92 ms with 2 on a busy box)
+            config = EmbedderConfig.from_env(threads=1)
+            if not os.environ.get("MTRAG_EMBED_BACKEND") and config.device.startswith("cpu"):
+                # unset: embed queries the way the published generation embedded its chunks
+                config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
+            if self._embedder is None or self._embedder.config.backend != config.backend:
+                self._embedder = Embedder(config)
         fp = self._embedder.fingerprint_without_loading() or self._embedder.fingerprint
         keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt", "vectors")
         fp, expected = _with_vector_kind(fp), _with_vector_kind(expected)
