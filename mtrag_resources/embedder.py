@@ -407,6 +407,7 @@ def _quantize_onnx(src: Path, out: Path, model_dir: Path, max_seq_length: int) -
     ranges = calib.measure_ranges(model, lambda texts: _feeds(tokenizer, texts, inputs),
                                   lambda feeds, names: session.run(names, feeds), calib.calibration_texts())
     calib.freeze_ranges(model, ranges)
+    calib.fuse_integer_matmuls(model)
     onnx.save(model, str(out))
 
 
