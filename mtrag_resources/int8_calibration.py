@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 CALIBRATION_VERSION = 1  # bump when the texts or the range rule change: it is in the fingerprint
 TEXTS_FILE = Path(__file__).with_name("data") / "int8_calibration.json"
@@ -54,6 +55,7 @@ def measure_ranges(model, feeds_for: Feeds, run: Callable[[dict, list[str]], lis
 def freeze_ranges(model, ranges: dict[str, tuple[float, float]]) -> None:
     """Replace each DynamicQuantizeLinear of `model` (in place) by a QuantizeLinear whose scale and
     zero point are constants with the names the dynamic node's outputs had."""
+    import numpy as np
     from onnx import helper, numpy_helper
 
     nodes = []
