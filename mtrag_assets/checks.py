@@ -7,10 +7,10 @@ import warnings
 
 import dagster as dg
 
-from mtrag_resources.checks import check_parents, check_source
+from mtrag_resources.checks import check_parents
 from mtrag_resources.stages.common import SourceLayout
+from mtrag_resources.stages.index_manifest import check_one
 from mtrag_resources.tables import read_rows
-from mtrag_resources.stages.index_manifest import gather_views
 
 from .cas_chunks import cas_chunks
 from .fts_db import fts_db
@@ -26,14 +26,9 @@ warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec
 
 
 def _outcome(context, mtrag: MtragResource, name: str, store: str | None = None) -> dg.AssetCheckResult:
-    settings, spec, embedder = mtrag.settings(), mtrag.spec(context.partition_key), mtrag.embedder()
-    views, _links, _locations = gather_views(settings, [spec], removed=[])
-    view = views[spec.id]
-    if store:  # a store's own marker check looks at that store only
-        view.markers = {store: view.markers[store]}
-    outcome = next(o for o in check_source(settings, spec, view, embedder.fingerprint_id, embedder.dim)
-                   if o.name == name)
-    return _result(outcome)
+    embedder = mtrag.embedder()
+    return _result(check_one(mtrag.settings(), mtrag.spec(context.partition_key), name,
+                             embedder.fingerprint_id, embedder.dim, store))
 
 
 def _result(outcome) -> dg.AssetCheckResult:

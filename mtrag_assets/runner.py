@@ -1,5 +1,6 @@
 """`mtrag build`: materialise through the Dagster instance at DAGSTER_HOME so every run shows in
-the UI. One run per changed source partition, then one for the links and the manifest."""
+the UI. One run per changed source partition; the last one also resolves the links and publishes
+the manifest (a build with no changed source runs those two alone)."""
 from __future__ import annotations
 
 import os
@@ -133,28 +134,33 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         # One embedded Qdrant open for the whole build instead of one per step and check.
         stack.enter_context(shared_qdrant(settings))
         publish_marker = mark_dirty(settings)
-
-        def build_source(sid: str) -> None:
-            marker = mark_dirty(settings, sid)
-            result = dg.materialize(PARTITIONED_ASSETS + ALL_CHECKS, partition_key=sid, instance=instance,
-                                    resources=resources, tags=tags, run_config=QUIET)
-            marker.unlink(missing_ok=True)
-            runs[sid] = result.run_id
-
-        for sid in targets:
-            log(f"building source {sid} ...")
-            build_source(sid)
         # Unchanged files but stores that lost the source (or a crashed writer): rebuild it too,
         # so the publish gate passes without a manual --force.
         lagging = lagging_sources(settings, [s for s in specs if s.id not in targets])
         for sid, why in lagging.items():
             log(f"source {sid}: {why}; rebuilding it ...")
             stack.enter_context(source_lock(settings, sid))
-            build_source(sid)
         targets = targets + list(lagging)
-        log("resolving cross-source links and publishing the manifest ...")
-        result = dg.materialize(ALL_ASSETS, selection=GLOBAL_ASSETS, instance=instance, resources=resources,
-                                tags=tags, run_config=QUIET)
+
+        def run(sid: str | None, publish: bool) -> str:
+            """One in-process run: a source's partition, the links and the manifest, or both (the
+            last source shares the publishing run: one run's fixed cost less per build)."""
+            selection = (PARTITIONED_ASSETS if sid else []) + (GLOBAL_ASSETS if publish else [])
+            marker = mark_dirty(settings, sid) if sid else None
+            result = dg.materialize(ALL_ASSETS + ALL_CHECKS, selection=selection, partition_key=sid,
+                                    instance=instance, resources=resources, tags=tags, run_config=QUIET)
+            if marker is not None:
+                marker.unlink(missing_ok=True)
+            return result.run_id
+
+        for i, sid in enumerate(targets):
+            last = i == len(targets) - 1
+            log(f"building source {sid}" + (" and publishing ..." if last else " ..."))
+            runs[sid] = run(sid, publish=last)
+        if targets:
+            runs["__publish__"] = runs[targets[-1]]
+        else:
+            log("resolving cross-source links and publishing the manifest ...")
+            runs["__publish__"] = run(None, publish=True)
         publish_marker.unlink(missing_ok=True)
-        runs["__publish__"] = result.run_id
     return {"built": targets, "removed": removed, "runs": runs}

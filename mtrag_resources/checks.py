@@ -27,10 +27,10 @@ class StoreView:
     """What the gate reads from the stores for one source (gathered by the caller, which owns the
     store clients)."""
     markers: dict          # store name -> Marker | None
-    qdrant_points: int
-    qdrant_dim: int | None
-    fts_counts: dict       # child_rows, parent_rows
-    neo4j_chunk_nodes: int
+    qdrant_points: int = 0
+    qdrant_dim: int | None = None
+    fts_counts: dict = field(default_factory=dict)  # child_rows, parent_rows
+    neo4j_chunk_nodes: int = 0
 
 
 def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerprint_id: str, dim: int) -> list[CheckOutcome]:
