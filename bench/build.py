@@ -7,6 +7,8 @@
   append       one function with a docstring appended to flask/helpers.py
   insert       one function inserted in the middle of click/utils.py
   delete       one docs file removed (flask docs/signals.rst), checked gone from Qdrant, FTS and Neo4j
+  (nochange, append, insert and delete run three rounds each, a new function or file each time;
+  the fastest round counts, every round's time is in *_rounds_s)
 
 Usage: python bench/build.py [--out bench/out/build.json] [--work bench/out/build-work]
 The JSON has the keys issue 7 asks for (full_s, embed_only_s, full_over_embed, nochange_s, ...).
@@ -64,6 +66,8 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "texts": len(texts)}))
 
 
 EMBED_ROUNDS = 2
+EDIT_ROUNDS = 3
+DELETED_DOCS = ["docs/signals.rst", "docs/shell.rst", "docs/lifecycle.rst"]
 
 
 def run_measured(cmd: list[str], env: dict) -> dict:
@@ -207,27 +211,38 @@ def main() -> None:
     result["plain_embed_texts_per_s"] = round(plain_doc["texts"] / plain_doc["seconds"], 1)
 
     print("no change ...", flush=True)
-    result["nochange_s"] = mtrag_build(env)["wall"]
+    result["nochange_rounds_s"] = [mtrag_build(env)["wall"] for _ in range(EDIT_ROUNDS)]
+    result["nochange_s"] = min(result["nochange_rounds_s"])
 
-    print("append ...", flush=True)
-    helpers = corpus / "flask" / "src" / "flask" / "helpers.py"
-    helpers.write_text(helpers.read_text() + APPENDED)
-    result["append_s"] = mtrag_build(env)["wall"]
-    result["embedded_after_append"] = embedded_total(env, ["flask"])
+    # Each edit runs EDIT_ROUNDS times (a new function or file each time) and the fastest counts:
+    # on a shared machine one run swung by 2-3 s. Every round's figures are kept.
+    rounds: dict[str, list] = {"append": [], "insert": [], "delete": []}
+    for n in range(EDIT_ROUNDS):
+        print(f"append {n + 1} ...", flush=True)
+        helpers = corpus / "flask" / "src" / "flask" / "helpers.py"
+        helpers.write_text(helpers.read_text() + APPENDED.replace("bench_appended_helper", f"bench_appended_helper_{n}"))
+        rounds["append"].append((mtrag_build(env)["wall"], embedded_total(env, ["flask"])))
 
-    print("insert ...", flush=True)
-    utils = corpus / "click" / "src" / "click" / "utils.py"
-    lines = utils.read_text().splitlines(keepends=True)
-    defs = [i for i, l in enumerate(lines) if l.startswith("def ")]
-    mid = defs[len(defs) // 2]
-    utils.write_text("".join(lines[:mid]) + INSERTED + "".join(lines[mid:]))
-    result["insert_s"] = mtrag_build(env)["wall"]
-    result["embedded_after_insert"] = embedded_total(env, ["click"])
+        print(f"insert {n + 1} ...", flush=True)
+        utils = corpus / "click" / "src" / "click" / "utils.py"
+        lines = utils.read_text().splitlines(keepends=True)
+        defs = [i for i, l in enumerate(lines) if l.startswith("def ")]
+        mid = defs[len(defs) // 2]
+        inserted = INSERTED.replace("bench_inserted_helper", f"bench_inserted_helper_{n}")
+        utils.write_text("".join(lines[:mid]) + inserted + "".join(lines[mid:]))
+        rounds["insert"].append((mtrag_build(env)["wall"], embedded_total(env, ["click"])))
 
-    print("delete ...", flush=True)
-    (corpus / "flask" / "docs" / "signals.rst").unlink()
-    result["delete_s"] = mtrag_build(env)["wall"]
-    result["deleted_everywhere"] = gone_everywhere(env, "flask-docs", "docs/signals.rst")
+        print(f"delete {n + 1} ...", flush=True)
+        doc = DELETED_DOCS[n]
+        (corpus / "flask" / doc).unlink()
+        rounds["delete"].append((mtrag_build(env)["wall"], gone_everywhere(env, "flask-docs", doc)))
+    for step, key in (("append", "embedded_after_append"), ("insert", "embedded_after_insert"),
+                      ("delete", "deleted_everywhere")):
+        result[f"{step}_rounds_s"] = [wall for wall, _ in rounds[step]]
+        result[f"{step}_s"] = min(result[f"{step}_rounds_s"])
+        values = [value for _, value in rounds[step]]
+        # every round must embed exactly one chunk / delete everywhere, not just the fastest
+        result[key] = all(values) if step == "delete" else max(values)
     write_json(args.out, result)
 
 

@@ -39,8 +39,8 @@ def cmd_build(args) -> int:
         if not changed and not removed and not publish_pending(settings):
             print(f"nothing changed since the published generation ({time.perf_counter() - t0:.2f} s)")
             return 0
-    from .neo4j_server import neo4j_connection
-    neo4j_connection(settings, start=True)
+    from .neo4j_server import launch_local_server
+    launch_local_server(settings)  # boots while the first source is chunked and embedded
     from mtrag_assets.runner import run_build
     summary = run_build(settings, specs, only=args.source or None, force=args.force)
     from .manifest import load_current

@@ -16,13 +16,13 @@ PATH_FROM = "click.core.Context.invoke"
 
 def run_demo(settings: Settings) -> int:
     from .cli import _load_specs
-    from .neo4j_server import neo4j_connection
+    from .neo4j_server import launch_local_server
     from .serving.reader import IndexReader
     from .serving.render import render_paths, render_query
 
     t0 = time.perf_counter()
     specs = _load_specs(settings)
-    neo4j_connection(settings, start=True)
+    launch_local_server(settings)
     from mtrag_assets.runner import run_build
     summary = run_build(settings, specs)
     print(f"\n== build: {summary['built'] or 'nothing changed'} in {time.perf_counter() - t0:.1f} s")

@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -336,16 +337,22 @@ internal.dbms.bolt.netty_server_shutdown_timeout=2
     # lifecycle
     def start(self, timeout: float = 120) -> str:
         """Start the server (idempotent) and return its Bolt URI once Bolt answers."""
+        uri, proc = self.launch()
+        return self.wait(uri, proc, timeout)
+
+    def launch(self) -> tuple[str, subprocess.Popen | None]:
+        """Start the server if it is not running, without waiting for Bolt: (its URI, the new
+        process or None when one was running). A build launches it first thing and waits only when
+        a step first needs the graph, so the JVM boots while sources are chunked and embedded."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "run").mkdir(parents=True, exist_ok=True)
         with self._lock():
             pid = self._pid()
             if pid is not None:
                 uri = self._uri()
-                if uri and self._wait_bolt(uri, pid, None, timeout):
-                    return uri
-                raise Neo4jServerError(f"Neo4j (pid {pid}) is running but Bolt at {uri} does not answer\n"
-                                       + self.log_tail())
+                if uri:
+                    return uri, None
+                raise Neo4jServerError(f"Neo4j (pid {pid}) is running but recorded no Bolt URI\n" + self.log_tail())
             lib = resolve_jars(self.version)
             port = self._choose_port()
             self.write_conf(port)
@@ -358,13 +365,22 @@ internal.dbms.bolt.netty_server_shutdown_timeout=2
                                         stderr=subprocess.STDOUT, cwd=self.home, start_new_session=True)
             self.pid_file.write_text(f"{proc.pid}\n")
             self.uri_file.write_text(uri + "\n")
-            if self._wait_bolt(uri, proc.pid, proc, timeout):
-                return uri
-            rc = proc.poll()
-            self._terminate(proc.pid, grace=10)
-            self._clear_run_files()
-            why = f"exited with code {rc}" if rc is not None else f"did not answer on {uri} within {timeout:.0f}s"
-            raise Neo4jServerError(f"Neo4j {why}\n{self.log_tail()}")
+            return uri, proc
+
+    def wait(self, uri: str, proc: subprocess.Popen | None = None, timeout: float = 120) -> str:
+        """`uri` once Bolt answers there; a server that died or never answered is cleaned up and
+        reported with its log."""
+        pid = proc.pid if proc is not None else self._pid()
+        if pid is not None and self._wait_bolt(uri, pid, proc, timeout):
+            return uri
+        with self._lock():
+            rc = proc.poll() if proc is not None else None
+            if pid is not None and self._pid() == pid:
+                self._terminate(pid, grace=10)
+            if self._pid() is None:
+                self._clear_run_files()
+        why = f"exited with code {rc}" if rc is not None else f"did not answer on {uri} within {timeout:.0f}s"
+        raise Neo4jServerError(f"Neo4j {why}\n{self.log_tail()}")
 
     def _wait_bolt(self, uri: str, pid: int, proc: subprocess.Popen | None, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -443,6 +459,24 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 # ------------------------------------------------------------------------------------ connection
 
+# server home -> (uri, process) this process launched and has not yet seen answer on Bolt
+_BOOTING: dict[str, tuple[str, subprocess.Popen]] = {}
+_BOOTING_LOCK = threading.Lock()
+
+
+def launch_local_server(settings: Settings) -> None:
+    """Boot the local server in the background unless NEO4J_URI names one or it runs already; the
+    first neo4j_connection of this process then waits for it (a fresh home's build chunks and embeds
+    its first source meanwhile, instead of waiting ~10-20 s for the JVM first)."""
+    if os.environ.get("NEO4J_URI"):
+        return
+    server = Neo4jServer(settings)
+    uri, proc = server.launch()
+    if proc is not None:
+        with _BOOTING_LOCK:
+            _BOOTING[str(server.home)] = (uri, proc)
+
+
 def neo4j_connection(settings: Settings, start: bool = False) -> tuple[str, str | None, str | None]:
     """(uri, user, password): NEO4J_URI/NEO4J_USER/NEO4J_PASSWORD when NEO4J_URI is set (nothing
     local is started), else the local server's Bolt URI (user and password None: auth is off).
@@ -451,6 +485,10 @@ def neo4j_connection(settings: Settings, start: bool = False) -> tuple[str, str 
     if uri:
         return uri, os.environ.get("NEO4J_USER") or None, os.environ.get("NEO4J_PASSWORD") or None
     server = Neo4jServer(settings)
+    with _BOOTING_LOCK:  # launched by this process and maybe still booting: wait for Bolt once
+        booting = _BOOTING.pop(str(server.home), None)
+        if booting is not None:
+            return server.wait(*booting), None, None
     st = server.status()
     if st["running"] and st["uri"]:
         return st["uri"], None, None

@@ -16,6 +16,7 @@ from mtrag_resources.neo4j_server import (
     Neo4jServerError,
     bolt_answers,
     cache_dir,
+    launch_local_server,
     neo4j_connection,
     resolve_jars,
 )
@@ -103,3 +104,29 @@ def test_cached_jars_need_no_maven(monkeypatch):
     assert (cache_dir() / CACHE_MARKER).is_file()
     jars = {p.name for p in lib.glob("*.jar")}
     assert any(j.startswith("neo4j-bolt-") for j in jars) and any(j.startswith("neo4j-5.") for j in jars)
+
+
+def test_launch_returns_before_bolt_and_the_first_connection_waits(tmp_path, monkeypatch):
+    """A build launches the server and goes on chunking and embedding; the first step that needs the
+    graph waits for Bolt. A launch that cannot boot is reported with its log when first needed."""
+    monkeypatch.delenv("NEO4J_URI", raising=False)
+    settings = Settings(home=tmp_path)
+    server = Neo4jServer(settings)
+    try:
+        launch_local_server(settings)
+        assert server.status()["running"]
+        uri = server.status()["uri"]
+        assert not bolt_answers(uri, timeout=0.5)  # the JVM takes seconds: nothing waited for it
+        assert neo4j_connection(settings) == (uri, None, None)
+        assert bolt_answers(uri)
+        launch_local_server(settings)  # running: nothing new
+        assert neo4j_connection(settings) == (uri, None, None)
+    finally:
+        server.stop()
+
+    broken = Settings(home=tmp_path / "broken")
+    monkeypatch.setenv("MTRAG_NEO4J_HEAP", "12zz")  # the JVM refuses it and exits
+    launch_local_server(broken)
+    with pytest.raises(Neo4jServerError, match="exited with code"):
+        neo4j_connection(broken)
+    assert Neo4jServer(broken).status() == {"running": False, "uri": None}

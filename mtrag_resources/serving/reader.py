@@ -271,7 +271,7 @@ class ReaderCore:
                 config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
             if self._embedder is None or self._embedder.config.backend != config.backend:
                 self._embedder = Embedder(config)
-        fp = self._embedder.fingerprint_without_loading() or self._embedder.fingerprint
+        fp = self._embedder.fingerprint  # cached: what the loaded model is (the files' state re-read cost ~1.3 ms a query)
         keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt", "vectors")
         fp, expected = _with_vector_kind(fp), _with_vector_kind(expected)
         diff = {k: (fp.get(k), expected.get(k)) for k in keys if fp.get(k) != expected.get(k)}
