@@ -60,7 +60,7 @@ def _downloads_allowed() -> bool:
 class EmbedderConfig:
     model: str = DEFAULT_MODEL
     device: str = "cpu"
-    batch_size: int = 64
+    batch_size: int | None = None  # None: 32 for the ONNX backends, 64 for torch (see __post_init__)
     normalize: bool = True
     prompt: str = ""
     max_seq_length: int | None = None
@@ -73,6 +73,10 @@ class EmbedderConfig:
             self.backend = DEFAULT_BACKEND if (self.device or "cpu").startswith("cpu") else "torch"
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {self.backend!r}; expected one of {BACKENDS}")
+        if self.batch_size is None:
+            # onnxruntime on the CPU: 32 texts of up to 256 tokens keep the FFN activations in cache;
+            # measured on 600 chunks, int8: 57 texts/s at 32, 50 at 64, 43 at 128
+            self.batch_size = 32 if self.backend.startswith("onnx") else 64
         if self.backend != "torch" and not (self.device or "cpu").startswith("cpu"):
             raise ValueError(f"embedding backend {self.backend!r} runs on the CPU only; use torch for {self.device}")
 
@@ -82,7 +86,7 @@ class EmbedderConfig:
         values: dict[str, Any] = {
             "model": env.get("MTRAG_EMBED_MODEL") or DEFAULT_MODEL,
             "device": env.get("MTRAG_EMBED_DEVICE") or "cpu",
-            "batch_size": int(env.get("MTRAG_EMBED_BATCH") or 64),
+            "batch_size": int(env["MTRAG_EMBED_BATCH"]) if env.get("MTRAG_EMBED_BATCH") else None,
             "backend": env.get("MTRAG_EMBED_BACKEND") or "",
         }
         values.update(overrides)
