@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, fetch_sdist, mtrag_env, write_json  # noqa: E402
+from bench.common import REPO, fetch_sdist, mtrag_env, wipe_work, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -148,7 +148,7 @@ def main() -> None:
     corpus = work / "corpus"
     reuse = args.reuse and (work / "home" / "08-manifest" / "CURRENT").exists()
     if not reuse:
-        shutil.rmtree(work, ignore_errors=True)
+        wipe_work(work)
         work.mkdir(parents=True)
         for req, name in (("click==8.5.1", "click"), ("flask==3.1.3", "flask")):
             sdist = fetch_sdist(req, work / "sdists")

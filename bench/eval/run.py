@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, fetch_sdist, mtrag_env, percentile, run_mtrag, write_json  # noqa: E402
+from bench.common import REPO, fetch_sdist, mtrag_env, percentile, run_mtrag, wipe_work, write_json  # noqa: E402
 
 MODES = ("hybrid", "dense", "lexical", "exact")
 # Sphinx roles (:func:`x`) and their MyST form ({func}`x`), optionally "title <target>".
@@ -125,7 +125,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     work = Path(args.work)
-    shutil.rmtree(work, ignore_errors=True)
+    wipe_work(work)
     work.mkdir(parents=True)
     sdist = fetch_sdist("click==8.5.1", work / "sdists")
     corpus = work / "click"
