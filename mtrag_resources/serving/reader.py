@@ -113,9 +113,9 @@ class ReaderCore:
         self._neo4j_tried = 0.0
         self._qdrant_copy: str | None = None
         self._embedder = None
-        # Query embeddings run here while the query thread evaluates the gate and searches FTS
-        # (onnxruntime and the Neo4j socket release the GIL): ~3 ms of a hybrid query overlapped.
-        self._embed_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mtrag-embed")
+        # A query's side reads (the query embedding, the graph's markers) run here while its own
+        # thread searches FTS and Qdrant: onnxruntime and the Neo4j socket release the GIL.
+        self._side_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mtrag-query-side")
 
     # ------------------------------------------------------------------ loading
     def _stamp(self):
@@ -193,7 +193,7 @@ class ReaderCore:
         with self._lock.exclusive():
             self._close_stores()
             self._loaded_stamp = None
-        self._embed_pool.shutdown(wait=False, cancel_futures=True)
+        self._side_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ gate
     @contextlib.contextmanager
@@ -215,18 +215,22 @@ class ReaderCore:
     def _gate_now(self) -> gate.GateState:
         """Evaluate the gate on the loaded generation (the caller holds the shared lock and, for
         a query, the FTS snapshot the query then reads from)."""
-        if not self.manifest:
-            return gate.evaluate(None, {})
-        sources = list(self.manifest["sources"])
-        live, unreachable = {}, {}
+        return self._gate_from(self._local_markers(), self._graph_markers())
+
+    def _local_markers(self) -> dict:
+        """The markers of the stores this process reads locally (Qdrant copy, FTS snapshot)."""
+        live = {"qdrant": {}, "fts": self._fts.markers() if self._fts else {}}
         if self._qdrant:
             with self._qdrant_lock:
-                live["qdrant"] = {s: self._qdrant.marker(s) for s in sources}
-        else:
-            live["qdrant"] = {}
-        live["fts"] = self._fts.markers()
+                live["qdrant"] = {s: self._qdrant.marker(s) for s in self.manifest["sources"]}
+        return live
+
+    def _gate_from(self, local: dict, neo: dict | str) -> gate.GateState:
+        """The gate from the local markers and the graph's (or why the graph could not be asked)."""
+        if not self.manifest:
+            return gate.evaluate(None, {})
+        live, unreachable = dict(local), {}
         links_marker = None
-        neo = self._graph_markers()
         if isinstance(neo, dict):
             live["neo4j"] = neo
             links_marker = neo.get(LINKS_SOURCE)
@@ -305,14 +309,21 @@ class ReaderCore:
 
     def _query(self, text: str, k: int, kind: str | None, mode: str) -> dict:
         t = {}
+        if not self.manifest:
+            state = self._gate_from({}, {})
+            return {"generation": None, "query": text, "mode": mode, "hits": [], "bridge": [], "paths": [],
+                    "bundles": [], "stale": list(state.stale), "channels": {}}
+        # The gate's graph markers (a Neo4j round trip) and the query embedding are read beside the
+        # FTS and dense searches, which need only the local stores' markers; the graph markers are
+        # joined before the first graph read, so "markers before == markers after" still brackets it.
+        graph = self._side_pool.submit(self._graph_markers)
         embedding = None
-        if self.manifest and ("dense" in MODES[mode] or mode == "bundles"):
-            embedding = self._embed_pool.submit(self._embed_query, text)  # joined before the dense search
-        state = self._gate_now()
+        if "dense" in MODES[mode] or mode == "bundles":
+            embedding = self._side_pool.submit(self._embed_query, text)
+        local = self._local_markers()
+        state = self._gate_from(local, "graph markers not read yet")  # qdrant and fts verdicts only
         out = {"generation": state.generation, "query": text, "mode": mode, "hits": [], "bridge": [],
-               "paths": [], "bundles": [], "stale": list(state.stale), "channels": {}}
-        if state.generation is None:
-            return out
+               "paths": [], "bundles": [], "stale": [], "channels": {}}
         sources = self.manifest["sources"]
         kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
         channels = MODES[mode]
@@ -400,6 +411,8 @@ class ReaderCore:
             hits.append(self._hit(len(hits) + 1, row, score, per_channel, cosines.get(cid)))
             if len(hits) >= k:
                 break
+        state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
+        out["stale"] = list(state.stale)
         self._hydrate_parents(hits, stale_f)
         out["hits"] = hits
         out["bridge"] = self._bridge(hits, state)
