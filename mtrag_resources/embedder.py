@@ -35,7 +35,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 BACKENDS = ("torch", "onnx", "onnx-int8")
 # int8 by default on the CPU: ~1.7x the fp32 throughput, cosine to fp32 ~0.994, each text's vector
-# independent of its batch (int8_calibration); dev evaluation in bench/README. Once exported it loads
+# independent of its batch (int8_calibration); retrieval quality: bench/eval/run.py. Once exported it loads
 # in ~1 s without torch. `onnx` gives torch's fp32 vectors (max difference ~3e-7) through onnxruntime.
 DEFAULT_BACKEND = "onnx-int8"
 WEIGHT_SUFFIXES = (".safetensors",)
