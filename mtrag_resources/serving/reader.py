@@ -309,10 +309,11 @@ class ReaderCore:
 
     def _query(self, text: str, k: int, kind: str | None, mode: str) -> dict:
         t = {}
+        out = {"generation": None, "query": text, "mode": mode, "hits": [], "bridge": [], "paths": [],
+               "bundles": [], "stale": [], "channels": {}}
         if not self.manifest:
-            state = self._gate_from({}, {})
-            return {"generation": None, "query": text, "mode": mode, "hits": [], "bridge": [], "paths": [],
-                    "bundles": [], "stale": list(state.stale), "channels": {}}
+            out["stale"] = list(self._gate_from({}, {}).stale)
+            return out
         # The gate's graph markers (a Neo4j round trip) and the query embedding are read beside the
         # FTS and dense searches, which need only the local stores' markers; the graph markers are
         # joined before the first graph read, so "markers before == markers after" still brackets it.
@@ -322,8 +323,7 @@ class ReaderCore:
             embedding = self._side_pool.submit(self._embed_query, text)
         local = self._local_markers()
         state = self._gate_from(local, "graph markers not read yet")  # qdrant and fts verdicts only
-        out = {"generation": state.generation, "query": text, "mode": mode, "hits": [], "bridge": [],
-               "paths": [], "bundles": [], "stale": [], "channels": {}}
+        out["generation"] = state.generation
         sources = self.manifest["sources"]
         kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
         channels = MODES[mode]

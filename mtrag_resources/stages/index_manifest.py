@@ -28,6 +28,10 @@ class PublishRefused(RuntimeError):
         super().__init__("generation not published; failing checks:\n  " + "\n  ".join(lines))
 
 
+def _markers(qdrant, fts, neo, source_id: str) -> dict:
+    return {"qdrant": qdrant.marker(source_id), "fts": fts.marker(source_id), "neo4j": neo.marker(source_id)}
+
+
 def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]) -> tuple[dict, dict, dict]:
     """Read markers and counts from every store (and drop sources no longer configured)."""
     views, links_marker, locations = {}, None, {}
@@ -42,7 +46,7 @@ def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]
             for spec in specs:
                 info = qdrant.collection_info(spec.kind) or {}
                 views[spec.id] = StoreView(
-                    markers={"qdrant": qdrant.marker(spec.id), "fts": fts.marker(spec.id), "neo4j": neo.marker(spec.id)},
+                    markers=_markers(qdrant, fts, neo, spec.id),
                     qdrant_points=qdrant.count(spec.kind, spec.id) if info else 0,
                     qdrant_dim=info.get("dim"),
                     fts_counts=fts.counts(spec.id),
@@ -88,8 +92,7 @@ def lagging_sources(settings: Settings, specs: list[SourceSpec]) -> dict[str, st
     if not specs:
         return {}
     with open_qdrant(settings) as qdrant, open_fts(settings) as fts, open_neo4j(settings) as neo:
-        markers = {spec.id: {"qdrant": qdrant.marker(spec.id), "fts": fts.marker(spec.id),
-                             "neo4j": neo.marker(spec.id)} for spec in specs}
+        markers = {spec.id: _markers(qdrant, fts, neo, spec.id) for spec in specs}
     out = {}
     for spec in specs:
         generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
