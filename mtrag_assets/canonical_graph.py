@@ -3,12 +3,12 @@ import dagster as dg
 from mtrag_resources.stages.canonical_graph import build_canonical_graph
 from mtrag_resources.stages.common import CODE_VERSIONS
 
-from .cas_chunks import cas_chunks
-from .metadata import materialize_result, sample_table
-from .partitions import sources_partitions
-from .policies import DEFAULT_FRESHNESS, GROUP_BUILD
-from .resources import MtragResource
-from .schemas import GRAPH_RELATION_SCHEMA
+from mtrag_assets.cas_chunks import cas_chunks
+from mtrag_assets.metadata import materialize_result, sample_table
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_BUILD
+from mtrag_assets.resources import MtragResource
+from mtrag_assets.schemas import GRAPH_RELATION_SCHEMA
 
 
 @dg.asset(

@@ -3,12 +3,12 @@ import dagster as dg
 from mtrag_resources.stages.cas_chunks import build_cas_chunks
 from mtrag_resources.stages.common import CODE_VERSIONS
 
-from .metadata import materialize_result, sample_table
-from .partitions import sources_partitions
-from .policies import DEFAULT_FRESHNESS, GROUP_BUILD
-from .raw_source import raw_source
-from .resources import MtragResource
-from .schemas import CHUNK_TABLE_SCHEMA
+from mtrag_assets.metadata import materialize_result, sample_table
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_BUILD
+from mtrag_assets.raw_source import raw_source
+from mtrag_assets.resources import MtragResource
+from mtrag_assets.schemas import CHUNK_TABLE_SCHEMA
 
 
 @dg.asset(

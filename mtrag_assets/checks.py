@@ -12,13 +12,13 @@ from mtrag_resources.stages.common import SourceLayout
 from mtrag_resources.stages.index_manifest import check_one
 from mtrag_resources.tables import read_rows
 
-from .cas_chunks import cas_chunks
-from .fts_db import fts_db
-from .metadata import to_metadata
-from .neo4j_graph import neo4j_graph
-from .partitions import sources_partitions
-from .qdrant_collection import qdrant_collection
-from .resources import MtragResource
+from mtrag_assets.cas_chunks import cas_chunks
+from mtrag_assets.fts_db import fts_db
+from mtrag_assets.metadata import to_metadata
+from mtrag_assets.neo4j_graph import neo4j_graph
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.qdrant_collection import qdrant_collection
+from mtrag_assets.resources import MtragResource
 
 # Partitioned asset checks are a preview API in Dagster 1.13 (DESIGN: "partitioned asset checks
 # need partitions_def"); the warning repeats on every import and tells maintainers nothing new.

@@ -3,11 +3,11 @@ import dagster as dg
 from mtrag_resources.stages.common import CODE_VERSIONS
 from mtrag_resources.stages.cross_source_links import build_cross_source_links
 
-from .metadata import materialize_result, sample_table
-from .neo4j_graph import neo4j_graph
-from .policies import DEFAULT_FRESHNESS, GROUP_PUBLISH
-from .resources import MtragResource
-from .schemas import GRAPH_RELATION_SCHEMA
+from mtrag_assets.metadata import materialize_result, sample_table
+from mtrag_assets.neo4j_graph import neo4j_graph
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_PUBLISH
+from mtrag_assets.resources import MtragResource
+from mtrag_assets.schemas import GRAPH_RELATION_SCHEMA
 
 
 @dg.asset(

@@ -1,20 +1,20 @@
 """The code location `dagster dev` loads (workspace.yaml)."""
 import dagster as dg
 
-from .canonical_graph import canonical_graph
-from .cas_chunks import cas_chunks
-from .checks import ALL_CHECKS
-from .cross_source_links import cross_source_links
-from .embedding_cache import embedding_cache
-from .fts_db import fts_db
-from .index_manifest import index_manifest
-from .neo4j_graph import neo4j_graph
-from .qdrant_collection import qdrant_collection
-from .raw_source import raw_source
-from .jobs import build_source_job
-from .resources import MtragResource
-from .schedules import nightly_rebuild
-from .sensors import source_changes, sources_sync
+from mtrag_assets.canonical_graph import canonical_graph
+from mtrag_assets.cas_chunks import cas_chunks
+from mtrag_assets.checks import ALL_CHECKS
+from mtrag_assets.cross_source_links import cross_source_links
+from mtrag_assets.embedding_cache import embedding_cache
+from mtrag_assets.fts_db import fts_db
+from mtrag_assets.index_manifest import index_manifest
+from mtrag_assets.neo4j_graph import neo4j_graph
+from mtrag_assets.qdrant_collection import qdrant_collection
+from mtrag_assets.raw_source import raw_source
+from mtrag_assets.jobs import build_source_job
+from mtrag_assets.resources import MtragResource
+from mtrag_assets.schedules import nightly_rebuild
+from mtrag_assets.sensors import source_changes, sources_sync
 
 PARTITIONED_ASSETS = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdrant_collection, fts_db, neo4j_graph]
 GLOBAL_ASSETS = [cross_source_links, index_manifest]

@@ -3,11 +3,11 @@ import dagster as dg
 from mtrag_resources.stages.common import CODE_VERSIONS
 from mtrag_resources.stages.fts_db import build_fts_db
 
-from .cas_chunks import cas_chunks
-from .metadata import materialize_result
-from .partitions import sources_partitions
-from .policies import DEFAULT_FRESHNESS, GROUP_STORES
-from .resources import MtragResource
+from mtrag_assets.cas_chunks import cas_chunks
+from mtrag_assets.metadata import materialize_result
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_STORES
+from mtrag_assets.resources import MtragResource
 
 
 @dg.asset(

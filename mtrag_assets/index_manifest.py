@@ -3,12 +3,12 @@ import dagster as dg
 from mtrag_resources.stages.common import CODE_VERSIONS
 from mtrag_resources.stages.index_manifest import PublishRefused, build_index_manifest
 
-from .cross_source_links import cross_source_links
-from .fts_db import fts_db
-from .metadata import materialize_result
-from .policies import DEFAULT_FRESHNESS, GROUP_PUBLISH
-from .qdrant_collection import qdrant_collection
-from .resources import MtragResource
+from mtrag_assets.cross_source_links import cross_source_links
+from mtrag_assets.fts_db import fts_db
+from mtrag_assets.metadata import materialize_result
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_PUBLISH
+from mtrag_assets.qdrant_collection import qdrant_collection
+from mtrag_assets.resources import MtragResource
 
 
 @dg.asset(

@@ -1,13 +1,13 @@
 import dagster as dg
 
-from .checks import ALL_CHECKS
-from .canonical_graph import canonical_graph
-from .cas_chunks import cas_chunks
-from .embedding_cache import embedding_cache
-from .fts_db import fts_db
-from .neo4j_graph import neo4j_graph
-from .qdrant_collection import qdrant_collection
-from .raw_source import raw_source
+from mtrag_assets.checks import ALL_CHECKS
+from mtrag_assets.canonical_graph import canonical_graph
+from mtrag_assets.cas_chunks import cas_chunks
+from mtrag_assets.embedding_cache import embedding_cache
+from mtrag_assets.fts_db import fts_db
+from mtrag_assets.neo4j_graph import neo4j_graph
+from mtrag_assets.qdrant_collection import qdrant_collection
+from mtrag_assets.raw_source import raw_source
 
 SOURCE_STAGES = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdrant_collection, fts_db, neo4j_graph]
 

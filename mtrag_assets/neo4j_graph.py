@@ -3,11 +3,11 @@ import dagster as dg
 from mtrag_resources.stages.common import CODE_VERSIONS
 from mtrag_resources.stages.neo4j_graph import build_neo4j_graph
 
-from .canonical_graph import canonical_graph
-from .metadata import materialize_result
-from .partitions import sources_partitions
-from .policies import DEFAULT_FRESHNESS, GROUP_STORES
-from .resources import MtragResource
+from mtrag_assets.canonical_graph import canonical_graph
+from mtrag_assets.metadata import materialize_result
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_STORES
+from mtrag_assets.resources import MtragResource
 
 
 @dg.asset(

@@ -3,11 +3,11 @@ import dagster as dg
 from mtrag_resources.stages.common import CODE_VERSIONS
 from mtrag_resources.stages.qdrant_collection import build_qdrant_collection
 
-from .embedding_cache import embedding_cache
-from .metadata import materialize_result
-from .partitions import sources_partitions
-from .policies import DEFAULT_FRESHNESS, GROUP_STORES
-from .resources import MtragResource
+from mtrag_assets.embedding_cache import embedding_cache
+from mtrag_assets.metadata import materialize_result
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_STORES
+from mtrag_assets.resources import MtragResource
 
 
 @dg.asset(

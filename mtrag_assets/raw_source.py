@@ -3,10 +3,10 @@ import dagster as dg
 from mtrag_resources.stages.common import CODE_VERSIONS
 from mtrag_resources.stages.raw_source import build_raw_source
 
-from .metadata import materialize_result, sample_table
-from .partitions import sources_partitions
-from .policies import DEFAULT_FRESHNESS, GROUP_BUILD
-from .resources import MtragResource
+from mtrag_assets.metadata import materialize_result, sample_table
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_BUILD
+from mtrag_assets.resources import MtragResource
 
 
 @dg.asset(

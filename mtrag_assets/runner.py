@@ -16,10 +16,10 @@ from mtrag_resources.sources import SourceSpec
 from mtrag_resources.stages.index_manifest import lagging_sources
 from mtrag_resources.stores.connect import shared_qdrant
 
-from .checks import ALL_CHECKS
-from .definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
-from .partitions import sources_partitions
-from .resources import MtragResource
+from mtrag_assets.checks import ALL_CHECKS
+from mtrag_assets.definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
+from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.resources import MtragResource
 
 # The terminal shows stage summaries; the full event log is in the instance (and the UI).
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

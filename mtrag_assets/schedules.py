@@ -2,8 +2,8 @@ import os
 
 import dagster as dg
 
-from .jobs import build_source_job
-from .partitions import sources_partitions
+from mtrag_assets.jobs import build_source_job
+from mtrag_assets.partitions import sources_partitions
 
 NIGHTLY_CRON = os.environ.get("MTRAG_NIGHTLY_CRON", "0 2 * * *")
 

@@ -5,8 +5,8 @@ from mtrag_resources.sources import SourceConfigError, load_sources
 from mtrag_resources.stages.common import SourceLayout
 from mtrag_resources.stages.raw_source import load_inventory, scan_source
 
-from .jobs import build_source_job
-from .partitions import sources_partitions
+from mtrag_assets.jobs import build_source_job
+from mtrag_assets.partitions import sources_partitions
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,

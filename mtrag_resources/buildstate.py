@@ -7,11 +7,11 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from .config import Settings
-from .manifest import load_current
-from .sources import SourceSpec
-from .stages.common import CODE_VERSIONS, SourceLayout, read_state
-from .stages.raw_source import scan_source
+from mtrag_resources.config import Settings
+from mtrag_resources.manifest import load_current
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, read_state
+from mtrag_resources.stages.raw_source import scan_source
 
 
 class SourceBusy(RuntimeError):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import Settings
-from .embedding_cache import EmbeddingCache
-from .sources import SourceSpec
-from .stages.common import SourceLayout, read_state
-from .tables import read_rows
+from mtrag_resources.config import Settings
+from mtrag_resources.embedding_cache import EmbeddingCache
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stages.common import SourceLayout, read_state
+from mtrag_resources.tables import read_rows
 
 CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")
 

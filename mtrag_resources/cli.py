@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from .config import Settings
+from mtrag_resources.config import Settings
 
 
 def _settings() -> Settings:
@@ -16,7 +16,7 @@ def _settings() -> Settings:
 
 
 def _load_specs(settings: Settings):
-    from .sources import load_sources, validate_roots
+    from mtrag_resources.sources import load_sources, validate_roots
     specs = load_sources(settings.sources_file)
     validate_roots(specs, settings.sources_file)
     return specs
@@ -28,22 +28,22 @@ def cmd_build(args) -> int:
     specs = _load_specs(settings)
     unknown = sorted(set(args.source or []) - {s.id for s in specs})
     if unknown:
-        from .sources import SourceConfigError
+        from mtrag_resources.sources import SourceConfigError
         raise SourceConfigError(f"{settings.sources_file}: unknown source id(s) {unknown} given with --source; "
                                 f"known: {[s.id for s in specs]}")
     if not args.source and not args.force:
-        from .buildstate import changed_sources, publish_pending
-        from .embedder import EmbedderConfig, Embedder, fingerprint_id_of
+        from mtrag_resources.buildstate import changed_sources, publish_pending
+        from mtrag_resources.embedder import EmbedderConfig, Embedder, fingerprint_id_of
         fp = Embedder(EmbedderConfig.from_env()).fingerprint_without_loading()
         changed, removed = changed_sources(settings, specs, fingerprint_id_of(fp) if fp else None)
         if not changed and not removed and not publish_pending(settings):
             print(f"nothing changed since the published generation ({time.perf_counter() - t0:.2f} s)")
             return 0
-    from .neo4j_server import launch_local_server
+    from mtrag_resources.neo4j_server import launch_local_server
     launch_local_server(settings)  # boots while the first source is chunked and embedded
     from mtrag_assets.runner import run_build
     summary = run_build(settings, specs, only=args.source or None, force=args.force)
-    from .manifest import load_current
+    from mtrag_resources.manifest import load_current
     current = load_current(settings.manifest_dir) or {}
     print(f"built {summary['built'] or 'nothing'}; removed {summary['removed'] or 'nothing'}; "
           f"published generation {current.get('generation')} in {time.perf_counter() - t0:.1f} s")
@@ -51,7 +51,7 @@ def cmd_build(args) -> int:
 
 
 def _reader(args=None):
-    from .serving.reader import IndexReader
+    from mtrag_resources.serving.reader import IndexReader
     return IndexReader(home=str(_settings().home))
 
 
@@ -61,7 +61,7 @@ def cmd_query(args) -> int:
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
     else:
-        from .serving.render import render_query
+        from mtrag_resources.serving.render import render_query
         print(render_query(result))
     return 0
 
@@ -74,7 +74,7 @@ def cmd_paths(args) -> int:
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
     else:
-        from .serving.render import render_paths
+        from mtrag_resources.serving.render import render_paths
         print(render_paths(result))
     return 0
 
@@ -84,19 +84,19 @@ def cmd_status(args) -> int:
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
     else:
-        from .serving.render import render_status
+        from mtrag_resources.serving.render import render_status
         print(render_status(result))
     return 0 if result.get("generation") is not None else 1
 
 
 def cmd_serve(args) -> int:
-    from .serving.http import serve
+    from mtrag_resources.serving.http import serve
     serve(_reader(), host=args.host, port=args.port, api_key=os.environ.get("MTRAG_API_KEY") or None)
     return 0
 
 
 def cmd_neo4j(args) -> int:
-    from . import neo4j_server
+    from mtrag_resources import neo4j_server
     settings = _settings()
     result = {"start": neo4j_server.cli_start, "stop": neo4j_server.cli_stop,
               "status": neo4j_server.cli_status}[args.action](settings)
@@ -109,7 +109,7 @@ def cmd_neo4j(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from mtrag_resources.demo import run_demo
     return run_demo(_settings())
 
 
@@ -160,14 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .sources import SourceConfigError
+    from mtrag_resources.sources import SourceConfigError
     try:
         return args.func(args)
     except SourceConfigError as exc:
         print(f"mtrag: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        from .buildstate import SourceBusy
+        from mtrag_resources.buildstate import SourceBusy
         if not isinstance(exc, SourceBusy):
             raise
         print(f"mtrag: {exc}", file=sys.stderr)

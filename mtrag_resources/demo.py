@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .config import Settings
+from mtrag_resources.config import Settings
 
 QUESTIONS = [
     ("semantic question", dict(text="how do I prompt the user for a password on the command line", mode="hybrid")),
@@ -15,10 +15,10 @@ PATH_FROM = "click.core.Context.invoke"
 
 
 def run_demo(settings: Settings) -> int:
-    from .cli import _load_specs
-    from .neo4j_server import launch_local_server
-    from .serving.reader import IndexReader
-    from .serving.render import render_paths, render_query
+    from mtrag_resources.cli import _load_specs
+    from mtrag_resources.neo4j_server import launch_local_server
+    from mtrag_resources.serving.reader import IndexReader
+    from mtrag_resources.serving.render import render_paths, render_query
 
     t0 = time.perf_counter()
     specs = _load_specs(settings)

@@ -77,7 +77,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from .query_text import normalize_for_keyword
+from mtrag_resources.serving.query_text import normalize_for_keyword
 
 #: Seed 002 defaults.
 KEYWORD_MATCH_BONUS = 0.15

@@ -12,7 +12,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .reader import EmbedderMismatch, QueryError
+from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
 
 MAX_BODY_BYTES = 64 * 1024
 SOCKET_TIMEOUT_S = 30

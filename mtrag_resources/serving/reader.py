@@ -25,14 +25,14 @@ import dagster as dg
 import numpy as np
 from pydantic import PrivateAttr
 
-from ..cas import ContentStore
-from ..config import Settings
-from ..manifest import current_path, load_current
-from ..stores.markers import LINKS_SOURCE
-from . import gate
-from .bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
-from .fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
-from .query_text import identifiers_in, preprocess_query
+from mtrag_resources.cas import ContentStore
+from mtrag_resources.config import Settings
+from mtrag_resources.manifest import current_path, load_current
+from mtrag_resources.stores.markers import LINKS_SOURCE
+from mtrag_resources.serving import gate
+from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
+from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
+from mtrag_resources.serving.query_text import identifiers_in, preprocess_query
 
 MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("fts",),
          "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
@@ -140,8 +140,8 @@ class ReaderCore:
                 self._open_stores()
 
     def _open_stores(self) -> None:
-        from ..stores.fts_store import FtsStore
-        from ..stores.qdrant_store import QdrantStore, copy_for_reader
+        from mtrag_resources.stores.fts_store import FtsStore
+        from mtrag_resources.stores.qdrant_store import QdrantStore, copy_for_reader
         snapshot = self.manifest.get("stores", {}).get("qdrant_snapshot")
         if self.settings.qdrant_url:
             self._qdrant = QdrantStore(url=self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
@@ -157,8 +157,8 @@ class ReaderCore:
         self._neo4j_tried = time.monotonic()
         store = None
         try:
-            from ..neo4j_server import neo4j_connection
-            from ..stores.neo4j_store import Neo4jStore
+            from mtrag_resources.neo4j_server import neo4j_connection
+            from mtrag_resources.stores.neo4j_store import Neo4jStore
             uri, user, password = neo4j_connection(self.settings)
             store = Neo4jStore(uri, user, password, **READER_NEO4J_CONFIG)
             store.markers()
@@ -273,7 +273,7 @@ class ReaderCore:
         return self.embedder().encode([text])[0], _ms(t0)
 
     def embedder(self):
-        from ..embedder import Embedder, EmbedderConfig
+        from mtrag_resources.embedder import Embedder, EmbedderConfig
         expected = self.manifest["embedder"]
         with self._embedder_lock:
             # one thread per query: requests run in parallel threads, and one short text
@@ -515,7 +515,7 @@ class ReaderCore:
         return out
 
     def _log_proposals(self, proposals: list[dict]) -> None:
-        from ..stages.cross_source_links import proposals_path
+        from mtrag_resources.stages.cross_source_links import proposals_path
         path = proposals_path(self.settings)
         # One write per batch in append mode: lines from concurrent readers do not interleave.
         data = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in proposals)

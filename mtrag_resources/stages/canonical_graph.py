@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..config import Settings
-from ..graph.code_resolve import resolve_code_graph
-from ..models import DocReference, GraphNode, GraphRelation, stable_id
-from ..sources import SourceSpec
-from ..tables import write_rows
-from .cas_chunks import load_parsed_files
-from .common import SourceLayout, StageResult, digest_file, timed
+from mtrag_resources.config import Settings
+from mtrag_resources.graph.code_resolve import resolve_code_graph
+from mtrag_resources.models import DocReference, GraphNode, GraphRelation, stable_id
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.tables import write_rows
+from mtrag_resources.stages.cas_chunks import load_parsed_files
+from mtrag_resources.stages.common import SourceLayout, StageResult, digest_file, timed
 
 
 def source_node_id(source_id: str) -> str:

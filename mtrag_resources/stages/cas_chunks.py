@@ -9,16 +9,16 @@ import gzip
 import json
 from collections import Counter
 
-from ..atomic import write_bytes_atomic
-from ..cas import ContentStore
-from ..chunking.code import chunk_code
-from ..chunking.docs import chunk_doc
-from ..config import Settings
-from ..models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
-from ..sources import SourceSpec
-from ..tables import write_rows
-from .common import CODE_VERSIONS, SourceLayout, StageResult, chunk_set_generation, timed, update_state
-from .raw_source import load_inventory
+from mtrag_resources.atomic import write_bytes_atomic
+from mtrag_resources.cas import ContentStore
+from mtrag_resources.chunking.code import chunk_code
+from mtrag_resources.chunking.docs import chunk_doc
+from mtrag_resources.config import Settings
+from mtrag_resources.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.tables import write_rows
+from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, StageResult, chunk_set_generation, timed, update_state
+from mtrag_resources.stages.raw_source import load_inventory
 
 DOC_MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length; larger models may raise it
 

@@ -2,13 +2,13 @@
 chunks; only hashes the cache lacks are embedded."""
 from __future__ import annotations
 
-from ..cas import ContentStore
-from ..config import Settings
-from ..embedder import Embedder
-from ..embedding_cache import EmbeddingCache, embed_missing
-from ..sources import SourceSpec
-from ..tables import read_rows
-from .common import SourceLayout, StageResult, digest_json, timed
+from mtrag_resources.cas import ContentStore
+from mtrag_resources.config import Settings
+from mtrag_resources.embedder import Embedder
+from mtrag_resources.embedding_cache import EmbeddingCache, embed_missing
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.tables import read_rows
+from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, timed
 
 
 def child_rows(layout: SourceLayout) -> list[dict]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
-from ..cas import ContentStore
-from ..config import Settings
-from ..sources import SourceSpec
-from ..stores.connect import open_fts
-from ..tables import read_rows
-from .common import SourceLayout, StageResult, digest_json, read_state, timed
+from mtrag_resources.cas import ContentStore
+from mtrag_resources.config import Settings
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stores.connect import open_fts
+from mtrag_resources.tables import read_rows
+from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, read_state, timed
 
 
 def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:

@@ -6,17 +6,17 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from .. import manifest as manifests
-from ..checks import CheckOutcome, StoreView, check_counts, check_embedder, check_markers, check_source
-from ..config import Settings
-from ..embedder import Embedder
-from ..sources import SourceSpec
-from ..stores.connect import open_fts, open_neo4j, open_qdrant
-from ..stores.markers import LINKS_SOURCE
-from ..tables import read_rows
-from .common import CODE_VERSIONS, SourceLayout, StageResult, read_state, timed
-from .cross_source_links import links_path
-from .raw_source import load_inventory
+from mtrag_resources import manifest as manifests
+from mtrag_resources.checks import CheckOutcome, StoreView, check_counts, check_embedder, check_markers, check_source
+from mtrag_resources.config import Settings
+from mtrag_resources.embedder import Embedder
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
+from mtrag_resources.stores.markers import LINKS_SOURCE
+from mtrag_resources.tables import read_rows
+from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, StageResult, read_state, timed
+from mtrag_resources.stages.cross_source_links import links_path
+from mtrag_resources.stages.raw_source import load_inventory
 
 KEEP_QDRANT_SNAPSHOTS = 3
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Settings
-from ..embedder import Embedder
-from ..embedding_cache import EmbeddingCache
-from ..sources import SourceSpec
-from ..stores.connect import open_qdrant
-from .common import SourceLayout, StageResult, read_state, timed
-from .embedding_cache import child_rows
+from mtrag_resources.config import Settings
+from mtrag_resources.embedder import Embedder
+from mtrag_resources.embedding_cache import EmbeddingCache
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stores.connect import open_qdrant
+from mtrag_resources.stages.common import SourceLayout, StageResult, read_state, timed
+from mtrag_resources.stages.embedding_cache import child_rows
 
 PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",
                   "content_hash", "cas_uri", "repository", "commit", "file_path", "symbol",

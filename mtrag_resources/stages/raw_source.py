@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from ..atomic import write_text_atomic
-from ..cas import ContentStore
-from ..config import Settings
-from ..inventory import Inventory, scan
-from ..sources import SourceSpec
-from .common import SourceLayout, StageResult, spec_root, timed
+from mtrag_resources.atomic import write_text_atomic
+from mtrag_resources.cas import ContentStore
+from mtrag_resources.config import Settings
+from mtrag_resources.inventory import Inventory, scan
+from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stages.common import SourceLayout, StageResult, spec_root, timed
 
 
 def load_inventory(layout: SourceLayout) -> Inventory | None:

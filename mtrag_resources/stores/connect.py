@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..config import Settings
+from mtrag_resources.config import Settings
 
 # Embedded Qdrant reads every point into memory when it opens (about 0.5 s per 3k points), and a
 # one-source build opened it eight times (its write, five checks, the gate, the snapshot). Inside
@@ -32,7 +32,7 @@ class _Borrowed:
 
 
 def open_qdrant(settings: Settings, path=None):
-    from .qdrant_store import QdrantStore
+    from mtrag_resources.stores.qdrant_store import QdrantStore
     if settings.qdrant_url:
         return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key)
     path = path or settings.qdrant_path
@@ -49,7 +49,7 @@ def shared_qdrant(settings: Settings):
     if settings.qdrant_url:
         yield
         return
-    from .qdrant_store import QdrantStore
+    from mtrag_resources.stores.qdrant_store import QdrantStore
     stores = getattr(_shared, "stores", None)
     if stores is None:
         stores = _shared.stores = {}
@@ -67,12 +67,12 @@ def shared_qdrant(settings: Settings):
 
 
 def open_fts(settings: Settings, path=None):
-    from .fts_store import FtsStore
+    from mtrag_resources.stores.fts_store import FtsStore
     return FtsStore(path or settings.fts_path)
 
 
 def open_neo4j(settings: Settings):
-    from ..neo4j_server import neo4j_connection
-    from .neo4j_store import Neo4jStore
+    from mtrag_resources.neo4j_server import neo4j_connection
+    from mtrag_resources.stores.neo4j_store import Neo4jStore
     uri, user, password = neo4j_connection(settings)
     return Neo4jStore(uri, user, password)

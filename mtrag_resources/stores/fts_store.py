@@ -39,9 +39,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..faults import fault_point
-from . import fts_query
-from .fts_query import (
+from mtrag_resources.faults import fault_point
+from mtrag_resources.stores import fts_query
+from mtrag_resources.stores.fts_query import (
     ALIAS_KIND_RANK,
     BM25_WEIGHTS,
     FTS_COLUMNS,
@@ -51,7 +51,7 @@ from .fts_query import (
     normalize_alias,
     short_symbol,
 )
-from .markers import BEGIN, COMMITTED, Marker
+from mtrag_resources.stores.markers import BEGIN, COMMITTED, Marker
 
 __all__ = ["FtsStore", "CHUNK_COLUMNS", "SCHEMA_VERSION", "derive_aliases", "normalize_alias"]
 
