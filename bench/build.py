@@ -43,7 +43,7 @@ INSERTED = '''def bench_inserted_helper(count: int) -> int:
 EMBED_ONLY = r'''
 import json, sys, time
 from sentence_transformers import SentenceTransformer
-from mtrag_resources.embedder import default_model_path
+from mtrag_resources.embedding.embedder import default_model_path
 texts = json.load(open(sys.argv[1]))
 model = SentenceTransformer(str(default_model_path()), device="cpu")
 t0 = time.perf_counter()
@@ -55,7 +55,7 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "texts": len(texts)}))
 # same texts, in its own process like the plain encode: `embed_speedup` compares the two.
 MTRAG_EMBED_ONLY = r'''
 import json, sys, time
-from mtrag_resources.embedder import Embedder, EmbedderConfig
+from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 texts = json.load(open(sys.argv[1]))
 embedder = Embedder(EmbedderConfig.from_env())
 embedder.encode(texts[:1])  # load before the clock, as the plain run loads before its clock
@@ -70,7 +70,7 @@ EDIT_ROUNDS = 3
 DELETED_DOCS = ["docs/signals.rst", "docs/shell.rst", "docs/lifecycle.rst"]
 
 PREPARE_EMBEDDER = r'''
-from mtrag_resources.embedder import Embedder, EmbedderConfig
+from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 Embedder(EmbedderConfig.from_env()).encode(["export and calibrate once"])
 '''
 
@@ -87,7 +87,7 @@ def run_measured(cmd: list[str], env: dict) -> dict:
 
 
 def mtrag_build(env: dict) -> dict:
-    return run_measured([sys.executable, "-m", "mtrag_resources.cli", "build"], env)
+    return run_measured([sys.executable, "-m", "mtrag_assets.cli", "build"], env)
 
 
 def latest(env: dict, asset: str, partition: str | None) -> dict:
@@ -115,7 +115,7 @@ def embedded_total(env: dict, sources: list[str]) -> int:
 def gone_everywhere(env: dict, source_id: str, file_path: str) -> bool:
     code = f"""
 import json
-from mtrag_resources.config import Settings
+from mtrag_resources.core.config import Settings
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
 s = Settings.from_env()
 fts = open_fts(s); neo = open_neo4j(s)
@@ -132,8 +132,8 @@ print(json.dumps({{"qdrant": len(hits), "fts": len(rows), "neo4j": nodes}}))
 
 
 def child_texts(home: Path, sources: list[str]) -> list[str]:
-    from mtrag_resources.cas import ContentStore
-    from mtrag_resources.tables import read_rows
+    from mtrag_resources.stores.cas import ContentStore
+    from mtrag_resources.stores.tables import read_rows
     cas = ContentStore(home / "02-cas")
     texts = []
     for sid in sources:

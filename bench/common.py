@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def fetch_sdist(requirement: str, into: Path) -> Path:
-    from mtrag_resources.sources import fetch_sdist as fetch
+    from mtrag_resources.ingest.sources import fetch_sdist as fetch
     return fetch(requirement, into)
 
 
@@ -29,7 +29,7 @@ def run_mtrag(args: list[str], env: dict, timeout: int = 3600) -> tuple[float, s
     """(wall seconds, combined output, peak RSS of the child in MB)."""
     import resource
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mtrag_resources.cli", *args], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", *args], env=env, capture_output=True,
                           text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -57,8 +57,8 @@ def write_json(path: str | None, data: dict) -> None:
 def wipe_work(work: Path) -> None:
     """Remove a bench work folder, stopping the Neo4j server of its home first: deleting a running
     server's home leaves an orphan JVM (~600 MB, and CPU the next measurements lose)."""
-    from mtrag_resources.config import Settings
-    from mtrag_resources.neo4j_server import Neo4jServer
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.stores.neo4j_server import Neo4jServer
 
     if (work / "home").is_dir():
         Neo4jServer(Settings(home=work / "home")).stop()

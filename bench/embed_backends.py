@@ -47,7 +47,7 @@ def sample_texts(n: int, n_queries: int, seed: int = 0) -> tuple[list[str], list
     """`n` function/class sources cut to 200-300 tokens, and `n_queries` docstring first lines."""
     from tokenizers import Tokenizer
 
-    from mtrag_resources.embedder import default_model_path
+    from mtrag_resources.embedding.embedder import default_model_path
 
     tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
     tok.no_truncation()
@@ -87,7 +87,7 @@ def sample_texts(n: int, n_queries: int, seed: int = 0) -> tuple[list[str], list
 
 
 def _encoder(variant: str):
-    from mtrag_resources.embedder import Embedder, EmbedderConfig, default_model_path
+    from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig, default_model_path
 
     path = str(default_model_path())
     if variant.startswith("embedder-"):
@@ -161,7 +161,7 @@ def main() -> None:
 
     # Export / quantize once, outside the timings (a one-off cost per machine and weights).
     t0 = time.perf_counter()
-    from mtrag_resources.embedder import Embedder, EmbedderConfig
+    from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
     for b in ("onnx", "onnx-int8"):
         if f"embedder-{b}" in variants:
             Embedder(EmbedderConfig(backend=b)).encode(["warm"])

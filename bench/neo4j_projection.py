@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mtrag_resources.config import Settings  # noqa: E402
-from mtrag_resources.models import GraphNode, GraphRelation, sha256_hex  # noqa: E402
-from mtrag_resources.neo4j_server import Neo4jServer, jit_flags, neo4j_connection  # noqa: E402
+from mtrag_resources.core.config import Settings  # noqa: E402
+from mtrag_resources.core.models import GraphNode, GraphRelation, sha256_hex  # noqa: E402
+from mtrag_resources.stores.neo4j_server import Neo4jServer, jit_flags, neo4j_connection  # noqa: E402
 from mtrag_resources.stores.neo4j_store import Neo4jStore  # noqa: E402
 
 

@@ -38,9 +38,9 @@ def post(url: str, body: dict) -> dict:
 
 def query_set(home: Path, n: int, seed: int) -> tuple[list[str], list[str]]:
     """(symbols, sentences) drawn from the published chunk tables."""
-    from mtrag_resources.cas import ContentStore
-    from mtrag_resources.manifest import load_current
-    from mtrag_resources.tables import read_rows
+    from mtrag_resources.stores.cas import ContentStore
+    from mtrag_resources.publish.manifest import load_current
+    from mtrag_resources.stores.tables import read_rows
     manifest = load_current(home / "08-manifest")
     cas = ContentStore(home / "02-cas")
     symbols, sentences = [], []
@@ -70,7 +70,7 @@ def main() -> None:
     symbols, sentences = query_set(home, args.n, args.seed)
     port = free_port()
     env = dict(os.environ, MTRAG_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    server = subprocess.Popen([sys.executable, "-m", "mtrag_resources.cli", "serve", "--port", str(port)], env=env,
+    server = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "serve", "--port", str(port)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -1,5 +1,5 @@
 """Blocking, per-source asset checks: the publishing gate as Dagster shows it. index_manifest
-runs the same checks (mtrag_resources.checks) before it publishes, because a blocking check stops
+runs the same checks (mtrag_resources.publish.checks) before it publishes, because a blocking check stops
 only downstream steps of its own run."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import warnings
 
 import dagster as dg
 
-from mtrag_resources.checks import check_parents
+from mtrag_resources.publish.checks import check_parents
 from mtrag_resources.stages.common import SourceLayout
 from mtrag_resources.stages.index_manifest import check_one
-from mtrag_resources.tables import read_rows
+from mtrag_resources.stores.tables import read_rows
 
 from mtrag_assets.cas_chunks import cas_chunks
 from mtrag_assets.fts_db import fts_db

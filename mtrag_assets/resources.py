@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import dagster as dg
 
-from mtrag_resources.config import Settings
-from mtrag_resources.embedder import Embedder, EmbedderConfig
-from mtrag_resources.sources import SourceSpec, load_sources
+from mtrag_resources.core.config import Settings
+from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
+from mtrag_resources.ingest.sources import SourceSpec, load_sources
 
 
 _EMBEDDERS: dict[tuple, Embedder] = {}

@@ -1,8 +1,8 @@
 """Column schemas of the Parquet tables, shown on the assets in the UI."""
 import dagster as dg
 
-from mtrag_resources.models import Chunk, GraphNode, GraphRelation
-from mtrag_resources.tables import column_schema
+from mtrag_resources.core.models import Chunk, GraphNode, GraphRelation
+from mtrag_resources.stores.tables import column_schema
 
 
 def _schema(row_type, drop=()) -> dg.TableSchema:

@@ -1,7 +1,7 @@
 import dagster as dg
 
-from mtrag_resources.config import Settings
-from mtrag_resources.sources import SourceConfigError, load_sources
+from mtrag_resources.core.config import Settings
+from mtrag_resources.ingest.sources import SourceConfigError, load_sources
 from mtrag_resources.stages.common import SourceLayout
 from mtrag_resources.stages.raw_source import load_inventory, scan_source
 

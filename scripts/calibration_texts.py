@@ -6,7 +6,7 @@ every machine derives the same ranges: functions and their docstring first lines
 code (code chunks and short queries), sections of its docs (English prose, Markdown), and
 paragraphs of the Chinese design articles in ../shared/seeds (CJK documents).
 
-    .venv/bin/python scripts/calibration_texts.py   # rewrites mtrag_resources/data/int8_calibration.json
+    .venv/bin/python scripts/calibration_texts.py   # rewrites mtrag_resources/embedding/data/int8_calibration.json
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from mtrag_resources.config import Settings
-from mtrag_resources.sources import load_sources
+from mtrag_resources.core.config import Settings
+from mtrag_resources.ingest.sources import load_sources
 
 
 def build(**kwargs) -> dict:

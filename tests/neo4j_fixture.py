@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from mtrag_resources.config import Settings
-from mtrag_resources.neo4j_server import Neo4jServer
+from mtrag_resources.core.config import Settings
+from mtrag_resources.stores.neo4j_server import Neo4jServer
 
 __all__ = ["neo4j_uri", "neo4j_store"]
 

@@ -17,9 +17,9 @@ import pytest
 
 from mtrag_assets.definitions import defs
 from mtrag_assets.runner import dagster_instance, sync_partitions
-from mtrag_resources.config import Settings
-from mtrag_resources.manifest import load_current
-from mtrag_resources.sources import load_sources
+from mtrag_resources.core.config import Settings
+from mtrag_resources.publish.manifest import load_current
+from mtrag_resources.ingest.sources import load_sources
 from tests.build_helpers import latest_metadata
 
 pytestmark = pytest.mark.neo4j

@@ -8,10 +8,10 @@ from textwrap import dedent
 
 import pytest
 
-from mtrag_resources.chunking.code import (
+from mtrag_resources.ingest.chunking.code import (
     LANGUAGE_BY_SUFFIX, PARENT_MAX_CHARS, chunk_code, module_name_for,
 )
-from mtrag_resources.chunking.windows import line_windows
+from mtrag_resources.ingest.chunking.windows import line_windows
 
 TAX = dedent('''\
     """Tax tables for the shop."""

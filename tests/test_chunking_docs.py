@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mtrag_resources.chunking.docs import FORMAT_BY_SUFFIX, chunk_doc, format_for_path
-from mtrag_resources.chunking.tokens import estimate_tokens, split_sentences
-from mtrag_resources.models import stable_id
+from mtrag_resources.ingest.chunking.docs import FORMAT_BY_SUFFIX, chunk_doc, format_for_path
+from mtrag_resources.ingest.chunking.tokens import estimate_tokens, split_sentences
+from mtrag_resources.core.models import stable_id
 
 # The Chinese seed corpus lives in ../shared/seeds beside the clone (CI lays it out the same way).
 _ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ from textwrap import dedent
 
 import pytest
 
-from mtrag_resources.chunking.code import LANGUAGE_BY_SUFFIX, chunk_code
-from mtrag_resources.graph.code_resolve import resolve_code_graph
+from mtrag_resources.ingest.chunking.code import LANGUAGE_BY_SUFFIX, chunk_code
+from mtrag_resources.ingest.code_graph import resolve_code_graph
 
 SHOPCART = {
     "src/shopcart/__init__.py": '''\

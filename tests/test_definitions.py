@@ -80,8 +80,8 @@ def test_sources_sensor_adds_and_removes_partitions(tmp_path, monkeypatch):
 
 
 def test_change_sensor_requests_only_changed_sources(tmp_path, monkeypatch):
-    from mtrag_resources.config import Settings
-    from mtrag_resources.sources import load_sources
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.ingest.sources import load_sources
     from mtrag_resources.stages.raw_source import build_raw_source
     sources = tmp_path / "sources.yaml"
     for d in ("a", "b"):

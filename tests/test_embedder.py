@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from mtrag_resources.embedder import BACKENDS, Embedder, EmbedderConfig, fingerprint_id_of, onnx_dir
+from mtrag_resources.embedding.embedder import BACKENDS, Embedder, EmbedderConfig, fingerprint_id_of, onnx_dir
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_fingerprint_without_loading_imports_no_torch() -> None:
     import sys
     from pathlib import Path
 
-    code = ("import sys; from mtrag_resources.embedder import Embedder; e = Embedder(); "
+    code = ("import sys; from mtrag_resources.embedding.embedder import Embedder; e = Embedder(); "
             "fid = e.fingerprint_id; assert not e.loaded; "
             "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules; "
             "print(fid)")
@@ -184,7 +184,7 @@ def test_onnx_without_torch_in_a_fresh_process() -> None:
     """The point of the lite path: a server or a one-chunk build never imports torch."""
     import subprocess
     import sys
-    code = ("import sys; from mtrag_resources.embedder import Embedder, EmbedderConfig; "
+    code = ("import sys; from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig; "
             "e = Embedder(EmbedderConfig(threads=1)); v = e.encode(['x', 'a longer text']); "
             "print(v.shape, 'torch' in sys.modules, 'transformers' in sys.modules)")
     Embedder(EmbedderConfig()).encode(["export first"])  # the default cache holds the export now

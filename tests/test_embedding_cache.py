@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtrag_resources.embedder import Embedder, EmbedderConfig
-from mtrag_resources.embedding_cache import EmbeddingCache, embed_missing
+from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
+from mtrag_resources.stores.embedding_cache import EmbeddingCache, embed_missing
 
 DIM = 8
 FP = "0123456789abcdef"

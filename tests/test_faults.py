@@ -2,7 +2,7 @@
 between manifest-N.json and CURRENT, Neo4j stopped in the middle of a build, the disk filling up
 during a build; two builds of one source at once; two reader processes on one home.
 
-The crash points come from `mtrag_resources.faults.fault_point` (MTRAG_FAULT=<point>); with
+The crash points come from `mtrag_resources.core.faults.fault_point` (MTRAG_FAULT=<point>); with
 MTRAG_FAULT_SIGNAL=STOP the build freezes itself there instead, so the test can stop Neo4j or fill
 the disk at exactly that moment and then let it go on (SIGCONT).
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from mtrag_resources.config import Settings
-from mtrag_resources.manifest import current_path, load_current
-from mtrag_resources.neo4j_server import Neo4jServer
+from mtrag_resources.core.config import Settings
+from mtrag_resources.publish.manifest import current_path, load_current
+from mtrag_resources.stores.neo4j_server import Neo4jServer
 from mtrag_resources.serving.reader import IndexReader
 from tests.build_helpers import build
 from tests.corpus import write_corpus
@@ -33,7 +33,7 @@ from tests.corpus import write_corpus
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and SIGSTOP")
 
 REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "mtrag_resources.cli"]
+CLI = [sys.executable, "-m", "mtrag_assets.cli"]
 TAX_DOC = '"""Apply the regional tax to an amount and round to cents."""'
 TMPFS_SIZE = "48m"
 
@@ -414,7 +414,7 @@ def test_publishes_dying_before_current_never_prune_the_published_qdrant_copy(tm
     """Each publish copies the embedded Qdrant folder and keeps the newest few copies; publishes that
     die after the copy but before CURRENT moves (kill -9, a full disk) must not push out the copy
     CURRENT names, or the next reader to start could not open generation N."""
-    from mtrag_resources.manifest import publish
+    from mtrag_resources.publish.manifest import publish
     from mtrag_resources.stages.index_manifest import KEEP_QDRANT_SNAPSHOTS, snapshot_qdrant
     from mtrag_resources.stores.connect import open_qdrant
     s = Settings(home=tmp_path / "home").ensure()

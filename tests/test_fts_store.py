@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtrag_resources.models import Chunk
+from mtrag_resources.core.models import Chunk
 from mtrag_resources.stores import fts_query
 from mtrag_resources.stores.fts_query import (
     build_query,
@@ -24,7 +24,7 @@ from mtrag_resources.stores.fts_query import (
     segment_for_index,
 )
 from mtrag_resources.stores.fts_store import FtsStore
-from mtrag_resources.stores.markers import BEGIN, COMMITTED
+from mtrag_resources.stores.contract import BEGIN, COMMITTED
 
 REPO = Path(__file__).resolve().parents[1]
 

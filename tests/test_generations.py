@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from mtrag_resources.manifest import current_path, load_current
+from mtrag_resources.publish.manifest import current_path, load_current
 from mtrag_resources.serving.reader import IndexReader
-from mtrag_resources.sources import load_sources
+from mtrag_resources.ingest.sources import load_sources
 from mtrag_resources.stages.fts_db import build_fts_db
 from mtrag_resources.stages.index_manifest import PublishRefused, build_index_manifest
 from mtrag_resources.stores import neo4j_store
@@ -95,7 +95,7 @@ def test_reader_serves_while_a_build_runs_in_another_process(mtrag_env):
     (mtrag_env["docs"] / "more.md").write_text("# More\n\n" + "Taxes are rounded to cents. " * 40 + "\n")
     reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
     env = dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "mtrag_resources.cli", "build"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "build"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     generations, errors = set(), []
     try:
@@ -126,7 +126,7 @@ def test_reader_serves_while_a_build_runs_in_another_process(mtrag_env):
 
 
 def test_second_build_of_the_same_source_is_refused(mtrag_env):
-    from mtrag_resources.buildstate import SourceBusy, source_lock
+    from mtrag_resources.publish.build_state import SourceBusy, source_lock
     s = settings()
     with source_lock(s, "shop"):
         with pytest.raises(SourceBusy, match="already being built"):
@@ -139,13 +139,13 @@ def test_second_build_of_the_same_source_is_refused(mtrag_env):
 def test_cli_no_change_shortcut(mtrag_env):
     build()
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "mtrag_resources.cli", "build"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], capture_output=True, text=True,
                          env=dict(os.environ), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "nothing changed" in out.stdout
     assert time.perf_counter() - t0 < 30
     _edit_tax(mtrag_env, "third")
-    out = subprocess.run([sys.executable, "-m", "mtrag_resources.cli", "build"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], capture_output=True, text=True,
                          env=dict(os.environ), timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "built ['shop']" in out.stdout

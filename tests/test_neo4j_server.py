@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mtrag_resources.config import Settings
-from mtrag_resources.neo4j_server import (
+from mtrag_resources.core.config import Settings
+from mtrag_resources.stores.neo4j_server import (
     CACHE_MARKER,
     Neo4jServer,
     Neo4jServerError,
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("NEO4J_URI", "NEO4J_USER", "NEO4J_PASSWORD")}
     env["MTRAG_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "mtrag_resources.neo4j_server", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "mtrag_resources.stores.neo4j_server", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -5,8 +5,8 @@ import uuid
 
 import pytest
 
-from mtrag_resources.models import GraphNode, GraphRelation
-from mtrag_resources.stores.markers import BEGIN, COMMITTED, LINKS_SOURCE
+from mtrag_resources.core.models import GraphNode, GraphRelation
+from mtrag_resources.stores.contract import BEGIN, COMMITTED, LINKS_SOURCE
 from mtrag_resources.stores.neo4j_store import Neo4jStore, chunk_node_id
 
 pytestmark = pytest.mark.neo4j

@@ -10,9 +10,9 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtrag_resources.chunking.code import chunk_code
-from mtrag_resources.chunking.docs import chunk_doc
-from mtrag_resources.chunking.tokens import estimate_tokens
+from mtrag_resources.ingest.chunking.code import chunk_code
+from mtrag_resources.ingest.chunking.docs import chunk_doc
+from mtrag_resources.ingest.chunking.tokens import estimate_tokens
 from mtrag_resources.stores.fts_query import MAX_PIECES, MAX_TOKENS, build_query, is_well_formed, normalize_alias
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtrag_resources.models import stable_id
+from mtrag_resources.core.models import stable_id
 from mtrag_resources.stores.qdrant_store import (
     ENGINE_ENV,
     ENGINES,

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from mtrag_resources.manifest import load_current, publish
+from mtrag_resources.publish.manifest import load_current, publish
 from mtrag_resources.serving.http import MAX_BODY_BYTES, make_server
 from mtrag_resources.serving.reader import EmbedderMismatch, IndexReader, QueryError
 from tests.build_helpers import settings

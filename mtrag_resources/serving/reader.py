@@ -25,11 +25,11 @@ import dagster as dg
 import numpy as np
 from pydantic import PrivateAttr
 
-from mtrag_resources.cas import ContentStore
-from mtrag_resources.config import Settings
-from mtrag_resources.manifest import current_path, load_current
-from mtrag_resources.stores.markers import LINKS_SOURCE
-from mtrag_resources.serving import gate
+from mtrag_resources.stores.cas import ContentStore
+from mtrag_resources.core.config import Settings
+from mtrag_resources.publish.manifest import current_path, load_current
+from mtrag_resources.stores.contract import LINKS_SOURCE
+from mtrag_resources.publish import gate
 from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
 from mtrag_resources.serving.query_text import identifiers_in, preprocess_query
@@ -157,7 +157,7 @@ class ReaderCore:
         self._neo4j_tried = time.monotonic()
         store = None
         try:
-            from mtrag_resources.neo4j_server import neo4j_connection
+            from mtrag_resources.stores.neo4j_server import neo4j_connection
             from mtrag_resources.stores.neo4j_store import Neo4jStore
             uri, user, password = neo4j_connection(self.settings)
             store = Neo4jStore(uri, user, password, **READER_NEO4J_CONFIG)
@@ -273,7 +273,7 @@ class ReaderCore:
         return self.embedder().encode([text])[0], _ms(t0)
 
     def embedder(self):
-        from mtrag_resources.embedder import Embedder, EmbedderConfig
+        from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
         expected = self.manifest["embedder"]
         with self._embedder_lock:
             # one thread per query: requests run in parallel threads, and one short text

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mtrag_resources.config import Settings
-from mtrag_resources.graph.code_resolve import resolve_code_graph
-from mtrag_resources.models import DocReference, GraphNode, GraphRelation, stable_id
-from mtrag_resources.sources import SourceSpec
-from mtrag_resources.tables import write_rows
+from mtrag_resources.core.config import Settings
+from mtrag_resources.ingest.code_graph import resolve_code_graph
+from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
+from mtrag_resources.ingest.sources import SourceSpec
+from mtrag_resources.stores.tables import write_rows
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import SourceLayout, StageResult, digest_file, timed
 

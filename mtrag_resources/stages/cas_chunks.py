@@ -9,14 +9,14 @@ import gzip
 import json
 from collections import Counter
 
-from mtrag_resources.atomic import write_bytes_atomic
-from mtrag_resources.cas import ContentStore
-from mtrag_resources.chunking.code import chunk_code
-from mtrag_resources.chunking.docs import chunk_doc
-from mtrag_resources.config import Settings
-from mtrag_resources.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
-from mtrag_resources.sources import SourceSpec
-from mtrag_resources.tables import write_rows
+from mtrag_resources.core.atomic import write_bytes_atomic
+from mtrag_resources.stores.cas import ContentStore
+from mtrag_resources.ingest.chunking.code import chunk_code
+from mtrag_resources.ingest.chunking.docs import chunk_doc
+from mtrag_resources.core.config import Settings
+from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
+from mtrag_resources.ingest.sources import SourceSpec
+from mtrag_resources.stores.tables import write_rows
 from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, StageResult, chunk_set_generation, timed, update_state
 from mtrag_resources.stages.raw_source import load_inventory
 

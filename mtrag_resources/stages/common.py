@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtrag_resources.config import Settings
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.core.config import Settings
+from mtrag_resources.ingest.sources import SourceSpec
 
 # Bump a stage's version when its output for the same input changes; Dagster then shows the
 # stage and everything downstream as stale, and the generation digest changes.
@@ -108,7 +108,7 @@ def read_state(layout: SourceLayout) -> dict:
 
 
 def update_state(layout: SourceLayout, **values) -> None:
-    from mtrag_resources.atomic import write_text_atomic
+    from mtrag_resources.core.atomic import write_text_atomic
     state = read_state(layout)
     state.update(values)
     layout.state.parent.mkdir(parents=True, exist_ok=True)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from mtrag_resources.config import Settings
-from mtrag_resources.links import SymbolIndex, link_for, resolve_links
-from mtrag_resources.models import DocReference, GraphNode, GraphRelation
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.core.config import Settings
+from mtrag_resources.ingest.doc_links import SymbolIndex, link_for, resolve_links
+from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
+from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
-from mtrag_resources.stores.markers import LINKS_SOURCE
-from mtrag_resources.tables import read_rows, write_rows
+from mtrag_resources.stores.contract import LINKS_SOURCE
+from mtrag_resources.stores.tables import read_rows, write_rows
 from mtrag_resources.stages.cas_chunks import load_facts
 from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, timed
 

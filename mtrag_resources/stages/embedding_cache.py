@@ -2,12 +2,12 @@
 chunks; only hashes the cache lacks are embedded."""
 from __future__ import annotations
 
-from mtrag_resources.cas import ContentStore
-from mtrag_resources.config import Settings
-from mtrag_resources.embedder import Embedder
-from mtrag_resources.embedding_cache import EmbeddingCache, embed_missing
-from mtrag_resources.sources import SourceSpec
-from mtrag_resources.tables import read_rows
+from mtrag_resources.stores.cas import ContentStore
+from mtrag_resources.core.config import Settings
+from mtrag_resources.embedding.embedder import Embedder
+from mtrag_resources.stores.embedding_cache import EmbeddingCache, embed_missing
+from mtrag_resources.ingest.sources import SourceSpec
+from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, timed
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from mtrag_resources.cas import ContentStore
-from mtrag_resources.config import Settings
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.stores.cas import ContentStore
+from mtrag_resources.core.config import Settings
+from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts
-from mtrag_resources.tables import read_rows
+from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, read_state, timed
 
 

@@ -6,14 +6,14 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from mtrag_resources import manifest as manifests
-from mtrag_resources.checks import CheckOutcome, StoreView, check_counts, check_embedder, check_markers, check_source
-from mtrag_resources.config import Settings
-from mtrag_resources.embedder import Embedder
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.publish import manifest as manifests
+from mtrag_resources.publish.checks import CheckOutcome, StoreView, check_counts, check_embedder, check_markers, check_source
+from mtrag_resources.core.config import Settings
+from mtrag_resources.embedding.embedder import Embedder
+from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
-from mtrag_resources.stores.markers import LINKS_SOURCE
-from mtrag_resources.tables import read_rows
+from mtrag_resources.stores.contract import LINKS_SOURCE
+from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, StageResult, read_state, timed
 from mtrag_resources.stages.cross_source_links import links_path
 from mtrag_resources.stages.raw_source import load_inventory

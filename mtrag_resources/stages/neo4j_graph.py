@@ -2,11 +2,11 @@
 stale ids removed) with a chunk node per chunk, bracketed by a ProjectionMarker."""
 from __future__ import annotations
 
-from mtrag_resources.config import Settings
-from mtrag_resources.models import GraphNode, GraphRelation
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.core.config import Settings
+from mtrag_resources.core.models import GraphNode, GraphRelation
+from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
-from mtrag_resources.tables import read_rows
+from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import SourceLayout, StageResult, read_state, timed
 
 CHUNK_NODE_FIELDS = ("chunk_id", "source_id", "role", "chunk_type", "file_path", "symbol", "title",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mtrag_resources.config import Settings
-from mtrag_resources.embedder import Embedder
-from mtrag_resources.embedding_cache import EmbeddingCache
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.core.config import Settings
+from mtrag_resources.embedding.embedder import Embedder
+from mtrag_resources.stores.embedding_cache import EmbeddingCache
+from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stages.common import SourceLayout, StageResult, read_state, timed
 from mtrag_resources.stages.embedding_cache import child_rows

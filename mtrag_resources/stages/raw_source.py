@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from mtrag_resources.atomic import write_text_atomic
-from mtrag_resources.cas import ContentStore
-from mtrag_resources.config import Settings
-from mtrag_resources.inventory import Inventory, scan
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.core.atomic import write_text_atomic
+from mtrag_resources.stores.cas import ContentStore
+from mtrag_resources.core.config import Settings
+from mtrag_resources.ingest.inventory import Inventory, scan
+from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.common import SourceLayout, StageResult, spec_root, timed
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from mtrag_resources.config import Settings
+from mtrag_resources.core.config import Settings
 
 # Embedded Qdrant reads every point into memory when it opens (about 0.5 s per 3k points), and a
 # one-source build opened it eight times (its write, five checks, the gate, the snapshot). Inside
@@ -72,7 +72,7 @@ def open_fts(settings: Settings, path=None):
 
 
 def open_neo4j(settings: Settings):
-    from mtrag_resources.neo4j_server import neo4j_connection
+    from mtrag_resources.stores.neo4j_server import neo4j_connection
     from mtrag_resources.stores.neo4j_store import Neo4jStore
     uri, user, password = neo4j_connection(settings)
     return Neo4jStore(uri, user, password)

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from mtrag_resources.faults import fault_point
+from mtrag_resources.core.faults import fault_point
 from mtrag_resources.stores import fts_query
 from mtrag_resources.stores.fts_query import (
     ALIAS_KIND_RANK,
@@ -51,7 +51,7 @@ from mtrag_resources.stores.fts_query import (
     normalize_alias,
     short_symbol,
 )
-from mtrag_resources.stores.markers import BEGIN, COMMITTED, Marker
+from mtrag_resources.stores.contract import BEGIN, COMMITTED, Marker
 
 __all__ = ["FtsStore", "CHUNK_COLUMNS", "SCHEMA_VERSION", "derive_aliases", "normalize_alias"]
 

@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass, field
 from neo4j import GraphDatabase, RoutingControl
 from neo4j.exceptions import ClientError
 
-from mtrag_resources.faults import fault_point
-from mtrag_resources.models import GraphNode, GraphRelation
-from mtrag_resources.stores.markers import BEGIN, COMMITTED, LINKS_SOURCE, Marker
+from mtrag_resources.core.faults import fault_point
+from mtrag_resources.core.models import GraphNode, GraphRelation
+from mtrag_resources.stores.contract import BEGIN, COMMITTED, LINKS_SOURCE, Marker
 
 ALLOWED_LABELS = ("Source", "File", "Module", "Class", "Function", "Method", "Page", "Section", "Chunk")
 ALLOWED_REL_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "MENTIONS", "IMPLEMENTS",

@@ -46,8 +46,8 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from mtrag_resources.faults import fault_point
-from mtrag_resources.stores.markers import BEGIN, COMMITTED, Marker
+from mtrag_resources.core.faults import fault_point
+from mtrag_resources.stores.contract import BEGIN, COMMITTED, Marker
 
 COLLECTION_PREFIX = "mtrag_"
 MARKERS_COLLECTION = "mtrag_markers"

@@ -12,8 +12,8 @@ import re
 
 from tree_sitter import Language, Node, Parser, Query, QueryCursor
 
-from mtrag_resources.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
-from mtrag_resources.chunking.windows import split_lines
+from mtrag_resources.ingest.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
+from mtrag_resources.ingest.chunking.windows import split_lines
 
 
 @functools.cache

@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from mtrag_resources.atomic import write_text_atomic
-from mtrag_resources.faults import fault_point
+from mtrag_resources.core.atomic import write_text_atomic
+from mtrag_resources.core.faults import fault_point
 
 MANIFEST_RE = re.compile(r"^manifest-(\d+)\.json$")
 

@@ -1,5 +1,5 @@
 """Code files -> parent/child chunks, per-file graph nodes and relations, and the unresolved facts
-(imports, calls, bases) that `mtrag_resources.graph.code_resolve` turns into source-level edges.
+(imports, calls, bases) that `mtrag_resources.ingest.code_graph` turns into source-level edges.
 
 The language parsers (`code_python`, `code_treesitter`) only *extract* definitions into the small
 neutral records below; everything about ids, chunks and nodes is decided here, once, so every
@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from mtrag_resources.chunking.windows import line_windows, split_lines
-from mtrag_resources.models import (
+from mtrag_resources.ingest.chunking.windows import line_windows, split_lines
+from mtrag_resources.core.models import (
     Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id,
 )
 
@@ -106,10 +106,10 @@ def chunk_code(source_id: str, file_path: str, text: str, language: str) -> Pars
     text = text.removeprefix("\ufeff")  # ast rejects a BOM; it is no part of the code
     module_qn = module_name_for(file_path)
     if language == "python":
-        from mtrag_resources.chunking.code_python import extract_python
+        from mtrag_resources.ingest.chunking.code_python import extract_python
         extraction = extract_python(file_path, text, module_qn)
     elif language in ("javascript", "typescript", "tsx", "java", "go", "rust"):
-        from mtrag_resources.chunking.code_treesitter import extract_treesitter
+        from mtrag_resources.ingest.chunking.code_treesitter import extract_treesitter
         extraction = extract_treesitter(file_path, text, language, module_qn)
     else:
         extraction = Extraction(fallback="no parser for this language")

@@ -322,7 +322,7 @@ def backend_tag(backend: str) -> str | None:
         return None
     if backend == "onnx":
         return "onnx"
-    from mtrag_resources.int8_calibration import CALIBRATION_VERSION
+    from mtrag_resources.embedding.int8_calibration import CALIBRATION_VERSION
 
     return f"onnx-int8-{int8_kind()}-fixed{CALIBRATION_VERSION}"
 
@@ -389,7 +389,7 @@ def _quantize_onnx(src: Path, out: Path, model_dir: Path, max_seq_length: int) -
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from mtrag_resources import int8_calibration as calib
+    from mtrag_resources.embedding import int8_calibration as calib
 
     dynamic = out.with_name(out.stem + ".dynamic.onnx")
     root = logging.getLogger()

@@ -3,7 +3,7 @@ without a parser). Window ids come from the window's index, so they are only as 
 line count before them; that is the price of not understanding the file."""
 from __future__ import annotations
 
-from mtrag_resources.models import Chunk, stable_id
+from mtrag_resources.core.models import Chunk, stable_id
 
 
 def split_lines(text: str) -> list[str]:

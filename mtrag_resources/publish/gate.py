@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mtrag_resources.stores.markers import LINKS_SOURCE, Marker
+from mtrag_resources.stores.contract import LINKS_SOURCE, Marker
 
 STORES = ("qdrant", "fts", "neo4j")
 

@@ -38,7 +38,7 @@ import threading
 import time
 from pathlib import Path
 
-from mtrag_resources.config import Settings
+from mtrag_resources.core.config import Settings
 
 NEO4J_VERSION = "5.26.30"  # newest 5.26.x LTS on Maven Central when this was written; runs on Java 17/21
 MAIN_CLASS = "org.neo4j.server.CommunityEntryPoint"
@@ -302,7 +302,7 @@ class Neo4jServer:
         h = self.home
         for d in ("conf", "data", "logs", "run", "plugins", "import"):
             (h / d).mkdir(parents=True, exist_ok=True)
-        conf = f"""# written by mtrag_resources.neo4j_server; rewritten on every start
+        conf = f"""# written by mtrag_resources.stores.neo4j_server; rewritten on every start
 server.default_listen_address=127.0.0.1
 server.default_advertised_address=127.0.0.1
 server.bolt.enabled=true

@@ -8,8 +8,8 @@ import ast
 import bisect
 import warnings
 
-from mtrag_resources.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
-from mtrag_resources.chunking.windows import split_lines
+from mtrag_resources.ingest.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
+from mtrag_resources.ingest.chunking.windows import split_lines
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Statements whose bodies still belong to the enclosing scope (conditional definitions).

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from mtrag_resources.models import DocReference, GraphNode, GraphRelation, stable_id
+from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 
 CODE_LABELS = {"Module", "Class", "Function", "Method"}
 IMPLEMENTS_ROLES = {"autofunction", "autoclass", "automethod", "automodule", "autoexception",

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from mtrag_resources.config import Settings
+from mtrag_resources.core.config import Settings
 
 
 def _settings() -> Settings:
@@ -16,7 +16,7 @@ def _settings() -> Settings:
 
 
 def _load_specs(settings: Settings):
-    from mtrag_resources.sources import load_sources, validate_roots
+    from mtrag_resources.ingest.sources import load_sources, validate_roots
     specs = load_sources(settings.sources_file)
     validate_roots(specs, settings.sources_file)
     return specs
@@ -28,22 +28,22 @@ def cmd_build(args) -> int:
     specs = _load_specs(settings)
     unknown = sorted(set(args.source or []) - {s.id for s in specs})
     if unknown:
-        from mtrag_resources.sources import SourceConfigError
+        from mtrag_resources.ingest.sources import SourceConfigError
         raise SourceConfigError(f"{settings.sources_file}: unknown source id(s) {unknown} given with --source; "
                                 f"known: {[s.id for s in specs]}")
     if not args.source and not args.force:
-        from mtrag_resources.buildstate import changed_sources, publish_pending
-        from mtrag_resources.embedder import EmbedderConfig, Embedder, fingerprint_id_of
+        from mtrag_resources.publish.build_state import changed_sources, publish_pending
+        from mtrag_resources.embedding.embedder import EmbedderConfig, Embedder, fingerprint_id_of
         fp = Embedder(EmbedderConfig.from_env()).fingerprint_without_loading()
         changed, removed = changed_sources(settings, specs, fingerprint_id_of(fp) if fp else None)
         if not changed and not removed and not publish_pending(settings):
             print(f"nothing changed since the published generation ({time.perf_counter() - t0:.2f} s)")
             return 0
-    from mtrag_resources.neo4j_server import launch_local_server
+    from mtrag_resources.stores.neo4j_server import launch_local_server
     launch_local_server(settings)  # boots while the first source is chunked and embedded
     from mtrag_assets.runner import run_build
     summary = run_build(settings, specs, only=args.source or None, force=args.force)
-    from mtrag_resources.manifest import load_current
+    from mtrag_resources.publish.manifest import load_current
     current = load_current(settings.manifest_dir) or {}
     print(f"built {summary['built'] or 'nothing'}; removed {summary['removed'] or 'nothing'}; "
           f"published generation {current.get('generation')} in {time.perf_counter() - t0:.1f} s")
@@ -96,7 +96,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_neo4j(args) -> int:
-    from mtrag_resources import neo4j_server
+    from mtrag_resources.stores import neo4j_server
     settings = _settings()
     result = {"start": neo4j_server.cli_start, "stop": neo4j_server.cli_stop,
               "status": neo4j_server.cli_status}[args.action](settings)
@@ -109,7 +109,7 @@ def cmd_neo4j(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from mtrag_resources.demo import run_demo
+    from mtrag_assets.demo import run_demo
     return run_demo(_settings())
 
 
@@ -160,14 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mtrag_resources.sources import SourceConfigError
+    from mtrag_resources.ingest.sources import SourceConfigError
     try:
         return args.func(args)
     except SourceConfigError as exc:
         print(f"mtrag: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        from mtrag_resources.buildstate import SourceBusy
+        from mtrag_resources.publish.build_state import SourceBusy
         if not isinstance(exc, SourceBusy):
             raise
         print(f"mtrag: {exc}", file=sys.stderr)

@@ -7,9 +7,9 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from mtrag_resources.config import Settings
-from mtrag_resources.manifest import load_current
-from mtrag_resources.sources import SourceSpec
+from mtrag_resources.core.config import Settings
+from mtrag_resources.publish.manifest import load_current
+from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, read_state
 from mtrag_resources.stages.raw_source import scan_source
 

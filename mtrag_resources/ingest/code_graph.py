@@ -10,7 +10,7 @@ import builtins
 import posixpath
 from collections import defaultdict
 
-from mtrag_resources.models import GraphNode, GraphRelation, ParsedFile, stable_id
+from mtrag_resources.core.models import GraphNode, GraphRelation, ParsedFile, stable_id
 
 _SYMBOL_LABELS = ("Module", "Class", "Function", "Method")
 _JS = ("javascript", "typescript", "tsx")

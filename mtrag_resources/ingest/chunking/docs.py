@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Callable
 
-from mtrag_resources.chunking.doc_refs import extract_references
-from mtrag_resources.chunking.tokens import estimate_tokens, sentence_spans
-from mtrag_resources.models import Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id
+from mtrag_resources.ingest.chunking.doc_refs import extract_references
+from mtrag_resources.ingest.chunking.tokens import estimate_tokens, sentence_spans
+from mtrag_resources.core.models import Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id
 
 FORMAT_BY_SUFFIX = {
     ".md": "markdown", ".markdown": "markdown", ".myst": "markdown",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from mtrag_resources.models import SOURCE_KINDS
+from mtrag_resources.core.models import SOURCE_KINDS
 
 SOURCE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 SDIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mtrag_resources.config import Settings
+from mtrag_resources.core.config import Settings
 
 QUESTIONS = [
     ("semantic question", dict(text="how do I prompt the user for a password on the command line", mode="hybrid")),
@@ -15,8 +15,8 @@ PATH_FROM = "click.core.Context.invoke"
 
 
 def run_demo(settings: Settings) -> int:
-    from mtrag_resources.cli import _load_specs
-    from mtrag_resources.neo4j_server import launch_local_server
+    from mtrag_assets.cli import _load_specs
+    from mtrag_resources.stores.neo4j_server import launch_local_server
     from mtrag_resources.serving.reader import IndexReader
     from mtrag_resources.serving.render import render_paths, render_query
 

@@ -12,7 +12,7 @@ import keyword
 import re
 from typing import Callable, Iterable
 
-from mtrag_resources.models import DocReference
+from mtrag_resources.core.models import DocReference
 
 PY_ROLES = ("func", "class", "meth", "attr", "mod", "exc", "data", "obj", "const", "deco", "type")
 AUTODOC = (

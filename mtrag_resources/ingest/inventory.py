@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from mtrag_resources.filetypes import classify
-from mtrag_resources.globs import matches_any
+from mtrag_resources.ingest.filetypes import classify
+from mtrag_resources.ingest.globs import matches_any
 
 ALWAYS_EXCLUDED_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache",
                         ".pytest_cache", ".tox", ".hg", ".svn"}
