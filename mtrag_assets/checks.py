@@ -8,8 +8,8 @@ import warnings
 import dagster as dg
 
 from mtrag_resources.publish.checks import check_parents
-from mtrag_resources.stages.common import SourceLayout
-from mtrag_resources.stages.index_manifest import check_one
+from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.publish.views import check_one
 from mtrag_resources.stores.tables import read_rows
 
 from mtrag_assets.cas_chunks import cas_chunks

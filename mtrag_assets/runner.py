@@ -13,7 +13,7 @@ import dagster as dg
 from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stages.index_manifest import lagging_sources
+from mtrag_resources.publish.views import lagging_sources
 from mtrag_resources.stores.connect import shared_qdrant
 
 from mtrag_assets.checks import ALL_CHECKS

@@ -2,8 +2,8 @@ import dagster as dg
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceConfigError, load_sources
-from mtrag_resources.stages.common import SourceLayout
-from mtrag_resources.stages.raw_source import load_inventory, scan_source
+from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.ingest.snapshot import load_inventory, scan_source
 
 from mtrag_assets.jobs import build_source_job
 from mtrag_assets.partitions import sources_partitions

@@ -5,9 +5,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtrag_resources.core.layout import HomeLayout
+
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(HomeLayout):
     home: Path
 
     @classmethod
@@ -23,46 +25,6 @@ class Settings:
         return Path(os.environ.get("DAGSTER_HOME", self.home / "dagster_home")).resolve()
 
     @property
-    def raw_dir(self) -> Path:
-        return self.home / "01-raw"
-
-    @property
-    def cas_dir(self) -> Path:
-        return self.home / "02-cas"
-
-    @property
-    def graph_dir(self) -> Path:
-        return self.home / "03-graph"
-
-    @property
-    def embeddings_dir(self) -> Path:
-        return self.home / "04-embeddings"
-
-    @property
-    def qdrant_path(self) -> Path:
-        return self.home / "05-qdrant"
-
-    @property
-    def fts_path(self) -> Path:
-        return self.home / "06-fts" / "fts.sqlite"
-
-    @property
-    def links_dir(self) -> Path:
-        return self.home / "07-links"
-
-    @property
-    def manifest_dir(self) -> Path:
-        return self.home / "08-manifest"
-
-    @property
-    def sdist_dir(self) -> Path:
-        return self.home / "sdists"
-
-    @property
-    def neo4j_dir(self) -> Path:
-        return self.home / "neo4j"
-
-    @property
     def qdrant_url(self) -> str | None:
         return os.environ.get("QDRANT_URL") or None
 
@@ -71,7 +33,6 @@ class Settings:
         return os.environ.get("QDRANT_API_KEY") or None
 
     def ensure(self) -> "Settings":
-        for d in (self.raw_dir, self.cas_dir, self.graph_dir, self.embeddings_dir, self.links_dir,
-                  self.manifest_dir, self.fts_path.parent):
+        for d in self.stage_dirs():
             d.mkdir(parents=True, exist_ok=True)
         return self

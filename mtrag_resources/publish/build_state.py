@@ -10,8 +10,9 @@ from pathlib import Path
 from mtrag_resources.core.config import Settings
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, read_state
-from mtrag_resources.stages.raw_source import scan_source
+from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.layout import SourceLayout, read_state
+from mtrag_resources.ingest.snapshot import scan_source
 
 
 class SourceBusy(RuntimeError):
@@ -21,8 +22,7 @@ class SourceBusy(RuntimeError):
 def dirty_marker(settings: Settings, source_id: str | None = None) -> Path:
     """Exists while a source's build (or, without a source, the publish step) runs, and after one
     that failed: that work must not take the no-change shortcut, so the next build converges."""
-    name = f"{source_id}.dirty" if source_id else "publish.dirty"
-    return settings.home / "locks" / name
+    return settings.dirty_marker(source_id)
 
 
 def mark_dirty(settings: Settings, source_id: str | None = None) -> Path:
@@ -59,7 +59,7 @@ def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id:
 @contextmanager
 def source_lock(settings: Settings, source_id: str):
     """One build per source at a time, across processes; a second one is refused, not queued."""
-    path = settings.home / "locks" / f"{source_id}.lock"
+    path = settings.source_lock(source_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, "a+")
     try:

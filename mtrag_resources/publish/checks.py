@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from mtrag_resources.core.config import Settings
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stages.common import SourceLayout, read_state
+from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.stores.tables import read_rows
 
 CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")

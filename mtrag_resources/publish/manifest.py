@@ -10,16 +10,13 @@ from pathlib import Path
 
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.core.faults import fault_point
+from mtrag_resources.core.layout import current_path, manifest_path
 
 MANIFEST_RE = re.compile(r"^manifest-(\d+)\.json$")
 
 
 class ManifestError(RuntimeError):
     pass
-
-
-def current_path(manifest_dir: Path) -> Path:
-    return Path(manifest_dir) / "CURRENT"
 
 
 def load_current(manifest_dir: Path) -> dict | None:
@@ -41,7 +38,7 @@ def latest_number(manifest_dir: Path) -> int:
 def publish(manifest_dir: Path, manifest: dict) -> Path:
     """Write manifest-N.json for N = manifest['generation'], then point CURRENT at it."""
     n = int(manifest["generation"])
-    path = Path(manifest_dir) / f"manifest-{n}.json"
+    path = manifest_path(manifest_dir, n)
     write_text_atomic(path, json.dumps(manifest, indent=1, sort_keys=True))
     fault_point("manifest:before_current")
     write_text_atomic(current_path(manifest_dir), path.name + "\n")

@@ -27,7 +27,8 @@ from pydantic import PrivateAttr
 
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
-from mtrag_resources.publish.manifest import current_path, load_current
+from mtrag_resources.publish.manifest import load_current
+from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
@@ -515,8 +516,7 @@ class ReaderCore:
         return out
 
     def _log_proposals(self, proposals: list[dict]) -> None:
-        from mtrag_resources.stages.cross_source_links import proposals_path
-        path = proposals_path(self.settings)
+        path = self.settings.proposals_log
         # One write per batch in append mode: lines from concurrent readers do not interleave.
         data = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in proposals)
         try:

@@ -10,7 +10,8 @@ from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, 
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.tables import write_rows
 from mtrag_resources.stages.cas_chunks import load_parsed_files
-from mtrag_resources.stages.common import SourceLayout, StageResult, digest_file, timed
+from mtrag_resources.stages.common import StageResult, digest_file, timed
+from mtrag_resources.core.layout import SourceLayout
 
 
 def source_node_id(source_id: str) -> str:

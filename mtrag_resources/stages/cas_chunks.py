@@ -17,8 +17,9 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.tables import write_rows
-from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, StageResult, chunk_set_generation, timed, update_state
-from mtrag_resources.stages.raw_source import load_inventory
+from mtrag_resources.stages.common import CODE_VERSIONS, StageResult, chunk_set_generation, timed
+from mtrag_resources.core.layout import SourceLayout, update_state
+from mtrag_resources.ingest.snapshot import load_inventory
 
 DOC_MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length; larger models may raise it
 

@@ -14,19 +14,12 @@ from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.stores.tables import read_rows, write_rows
 from mtrag_resources.stages.cas_chunks import load_facts
-from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, timed
-
-
-def proposals_path(settings: Settings):
-    return settings.links_dir / "proposals.jsonl"
-
-
-def links_path(settings: Settings):
-    return settings.links_dir / "links.parquet"
+from mtrag_resources.stages.common import StageResult, digest_json, timed
+from mtrag_resources.core.layout import SourceLayout
 
 
 def _read_proposals(settings: Settings) -> list[dict]:
-    path = proposals_path(settings)
+    path = settings.proposals_log
     if not path.exists():
         return []
     out = []
@@ -88,7 +81,7 @@ def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> Sta
     meta: dict = {}
     with timed(meta, "seconds"):
         links, stats = compute_links(settings, specs)
-        write_rows(links_path(settings), links, GraphRelation)
+        write_rows(settings.links_table, links, GraphRelation)
         generation = digest_json([[l.rel_id, l.confidence, l.evidence_hash] for l in links])[:24]
         store = open_neo4j(settings)
         try:

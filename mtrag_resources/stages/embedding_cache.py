@@ -8,7 +8,8 @@ from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.stores.embedding_cache import EmbeddingCache, embed_missing
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.tables import read_rows
-from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, timed
+from mtrag_resources.stages.common import StageResult, digest_json, timed
+from mtrag_resources.core.layout import SourceLayout
 
 
 def child_rows(layout: SourceLayout) -> list[dict]:

@@ -9,7 +9,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts
 from mtrag_resources.stores.tables import read_rows
-from mtrag_resources.stages.common import SourceLayout, StageResult, digest_json, read_state, timed
+from mtrag_resources.stages.common import StageResult, digest_json, timed
+from mtrag_resources.core.layout import SourceLayout, read_state
 
 
 def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from pathlib import Path
 
 from mtrag_resources.publish import manifest as manifests
-from mtrag_resources.publish.checks import CheckOutcome, StoreView, check_counts, check_embedder, check_markers, check_source
+from mtrag_resources.publish.checks import CheckOutcome, check_source
+from mtrag_resources.publish.views import gather_views
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
-from mtrag_resources.stores.contract import LINKS_SOURCE
+from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stores.tables import read_rows
-from mtrag_resources.stages.common import CODE_VERSIONS, SourceLayout, StageResult, read_state, timed
-from mtrag_resources.stages.cross_source_links import links_path
-from mtrag_resources.stages.raw_source import load_inventory
+from mtrag_resources.stages.common import CODE_VERSIONS, StageResult, timed
+from mtrag_resources.core.layout import SourceLayout, read_state
+from mtrag_resources.ingest.snapshot import load_inventory
 
 KEEP_QDRANT_SNAPSHOTS = 3
 
@@ -28,80 +27,6 @@ class PublishRefused(RuntimeError):
         super().__init__("generation not published; failing checks:\n  " + "\n  ".join(lines))
 
 
-def _markers(qdrant, fts, neo, source_id: str) -> dict:
-    return {"qdrant": qdrant.marker(source_id), "fts": fts.marker(source_id), "neo4j": neo.marker(source_id)}
-
-
-def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]) -> tuple[dict, dict, dict]:
-    """Read markers and counts from every store (and drop sources no longer configured)."""
-    views, links_marker, locations = {}, None, {}
-    with open_qdrant(settings) as qdrant:
-        fts = open_fts(settings)
-        neo = open_neo4j(settings)
-        try:
-            for sid in removed:
-                qdrant.delete_source(sid)
-                fts.delete_source(sid)
-                neo.delete_source(sid)
-            for spec in specs:
-                info = qdrant.collection_info(spec.kind) or {}
-                views[spec.id] = StoreView(
-                    markers=_markers(qdrant, fts, neo, spec.id),
-                    qdrant_points=qdrant.count(spec.kind, spec.id) if info else 0,
-                    qdrant_dim=info.get("dim"),
-                    fts_counts=fts.counts(spec.id),
-                    neo4j_chunk_nodes=neo.counts(spec.id).get("chunks", 0),
-                )
-            links_marker = neo.marker(LINKS_SOURCE)
-            locations = {"qdrant": settings.qdrant_url or str(settings.qdrant_path),
-                         "fts": str(settings.fts_path), "neo4j": neo.uri}
-        finally:
-            fts.close()
-            neo.close()
-    return views, {"links": links_marker}, locations
-
-
-def check_one(settings: Settings, spec: SourceSpec, name: str, fingerprint_id: str, dim: int,
-              store: str | None = None) -> CheckOutcome:
-    """One gate check of one source, reading only the store it needs: the Dagster asset checks run
-    one at a time, each right after its asset, and five full gathers per source cost ~1 s a build."""
-    layout = SourceLayout(settings, spec.id)
-    if name == "markers_committed":
-        opener = {"qdrant": open_qdrant, "fts": open_fts, "neo4j": open_neo4j}[store]
-        with opener(settings) as client:
-            view = StoreView(markers={store: client.marker(spec.id)})
-        return check_markers(spec.id, view, read_state(layout).get("generation", ""))
-    rows = read_rows(layout.chunks)
-    if name == "embedder_fingerprint":
-        with open_qdrant(settings) as qdrant:
-            view = StoreView(markers={}, qdrant_dim=(qdrant.collection_info(spec.kind) or {}).get("dim"))
-        return check_embedder(settings, spec.id, view, rows, fingerprint_id, dim)
-    if name == "counts_reconcile":
-        views, _, _ = gather_views(settings, [spec], removed=[])
-        return check_counts(spec.id, views[spec.id], rows)
-    raise ValueError(f"unknown check {name!r}")
-
-
-def lagging_sources(settings: Settings, specs: list[SourceSpec]) -> dict[str, str]:
-    """Sources whose stores do not hold their current chunk set (a store lost data or was wiped by
-    hand, or a write died): source id -> why. A build rebuilds them before publishing instead of
-    failing the gate, since nothing in their files changed to trigger them. Markers only: a wiped
-    store or a dead writer leaves a missing or uncommitted marker, and reading three markers costs
-    milliseconds where counting every store took ~1 s of each incremental build (the publish gate
-    still reconciles the counts)."""
-    if not specs:
-        return {}
-    with open_qdrant(settings) as qdrant, open_fts(settings) as fts, open_neo4j(settings) as neo:
-        markers = {spec.id: _markers(qdrant, fts, neo, spec.id) for spec in specs}
-    out = {}
-    for spec in specs:
-        generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
-        outcome = check_markers(spec.id, StoreView(markers=markers[spec.id]), generation)
-        if not outcome.passed:
-            out[spec.id] = f"{outcome.name}: {outcome.description}"
-    return out
-
-
 def snapshot_qdrant(settings: Settings, number: int) -> str | None:
     """Embedded mode: publish a read-only copy of the Qdrant folder for readers, so serving never
     waits on the single-process lock a running build holds. A server needs no copy."""
@@ -111,7 +36,7 @@ def snapshot_qdrant(settings: Settings, number: int) -> str | None:
     # CURRENT moves, again and again): a reader started later still finds it.
     published = (manifests.load_current(settings.manifest_dir) or {}).get("stores", {}).get("qdrant_snapshot")
     with open_qdrant(settings) as store:  # holds the writer lock: no build writes during the copy
-        link = store.publish_snapshot(settings.manifest_dir / "qdrant-published", keep=KEEP_QDRANT_SNAPSHOTS,
+        link = store.publish_snapshot(settings.qdrant_published_dir, keep=KEEP_QDRANT_SNAPSHOTS,
                                       protect=[published] if published else [])
     # The manifest names the versioned folder, so generation N is always read from N's copy.
     return os.path.realpath(link)
@@ -159,7 +84,7 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
             "sources": sources,
             "links": {"generation": links_marker.generation if links_marker else "",
                       "state": links_marker.state if links_marker else "none",
-                      "count": len(read_rows(links_path(settings)))},
+                      "count": len(read_rows(settings.links_table))},
             "stores": {**locations, "qdrant_snapshot": snapshot, "qdrant_collections": {
                 spec.kind: f"mtrag_{spec.kind}" for spec in specs}},
         }

@@ -7,7 +7,8 @@ from mtrag_resources.core.models import GraphNode, GraphRelation
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.tables import read_rows
-from mtrag_resources.stages.common import SourceLayout, StageResult, read_state, timed
+from mtrag_resources.stages.common import StageResult, timed
+from mtrag_resources.core.layout import SourceLayout, read_state
 
 CHUNK_NODE_FIELDS = ("chunk_id", "source_id", "role", "chunk_type", "file_path", "symbol", "title",
                      "start_line", "end_line", "parent_id")

@@ -9,7 +9,8 @@ from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
-from mtrag_resources.stages.common import SourceLayout, StageResult, read_state, timed
+from mtrag_resources.stages.common import StageResult, timed
+from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.stages.embedding_cache import child_rows
 
 PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",

@@ -8,23 +8,10 @@ from pathlib import Path
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
-from mtrag_resources.ingest.inventory import Inventory, scan
+from mtrag_resources.ingest.snapshot import scan_source
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stages.common import SourceLayout, StageResult, spec_root, timed
-
-
-def load_inventory(layout: SourceLayout) -> Inventory | None:
-    try:
-        return Inventory.from_json(layout.inventory.read_text())
-    except FileNotFoundError:
-        return None
-
-
-def scan_source(settings: Settings, spec: SourceSpec) -> Inventory:
-    """A fresh inventory, reusing the previous snapshot's hashes for files whose stat is unchanged."""
-    layout = SourceLayout(settings, spec.id)
-    return scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
-                previous=load_inventory(layout))
+from mtrag_resources.stages.common import StageResult, timed
+from mtrag_resources.core.layout import SourceLayout
 
 
 def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:

@@ -7,10 +7,9 @@ language gets the same identity rules: ids from (source, path, type, role, symbo
 never from line numbers or content."""
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS, Definition, Extraction
 from mtrag_resources.ingest.chunking.windows import line_windows, split_lines
 from mtrag_resources.core.models import (
     Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id,
@@ -29,41 +28,6 @@ LANGUAGE_BY_SUFFIX: dict[str, str] = {
 # Parent chunks go back to a reader as context; past this they are cut (at a line boundary) and
 # end with a marker carrying the full text's sha256, so the parent's hash still tracks every edit.
 PARENT_MAX_CHARS = 12_000
-# Child chunks that are summaries of something bigger (module-level code, class outline).
-OUTLINE_MAX_CHARS = 4_000
-SUMMARY_MAX_CHARS = 300
-
-
-@dataclass
-class Definition:
-    """One function, method or class as a parser found it, before any id exists."""
-
-    kind: str                      # class | function | method
-    name: str
-    qualname: str                  # dotted, relative to the module: "Cart.total"
-    start_line: int                # 1-based, inclusive, decorators/attributes/annotations included
-    end_line: int
-    text: str                      # the full source of the definition
-    title: str                     # signature line: "def total(self)", "class Cart(Base)"
-    summary: str = ""
-    outline: str = ""              # classes only: header + docstring + member signatures
-    owner: int | None = None       # index (in Extraction.definitions) of the enclosing class
-    calls: list[tuple[str, int, str]] = field(default_factory=list)  # (callee_expr, line, text)
-    bases: list[tuple[str, int]] = field(default_factory=list)       # (base_expr, line)
-    class_name: str = ""           # methods whose type lives elsewhere (Go receivers, Rust impls)
-
-
-@dataclass
-class Extraction:
-    """What a language parser hands back for one file."""
-
-    definitions: list[Definition] = field(default_factory=list)
-    module_summary: str = ""
-    module_calls: list[tuple[str, int, str]] = field(default_factory=list)
-    # {imported, alias, from_module, name, kind, line, text}; see _import_fact for the meaning
-    imports: list[dict] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    fallback: str = ""             # non-empty: the file did not parse; cut line windows instead
 
 
 def module_name_for(file_path: str) -> str:
@@ -80,15 +44,6 @@ def module_name_for(file_path: str) -> str:
     elif path.suffix:
         parts[-1] = parts[-1][: -len(path.suffix)]
     return ".".join(parts)
-
-
-def first_sentence(text: str) -> str:
-    """First sentence of a docstring or comment, whitespace collapsed, <= 300 chars."""
-    paragraph = re.split(r"\n\s*\n", text.strip(), maxsplit=1)[0]
-    flat = " ".join(paragraph.split())
-    match = re.search(r"[.!?](\s|$)", flat)
-    sentence = flat[: match.start() + 1] if match else flat
-    return sentence[:SUMMARY_MAX_CHARS]
 
 
 def cap_parent_text(text: str) -> str:

@@ -8,7 +8,7 @@ import ast
 import bisect
 import warnings
 
-from mtrag_resources.ingest.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
+from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
 from mtrag_resources.ingest.chunking.windows import split_lines
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)

@@ -12,7 +12,7 @@ import re
 
 from tree_sitter import Language, Node, Parser, Query, QueryCursor
 
-from mtrag_resources.ingest.chunking.code import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
+from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
 from mtrag_resources.ingest.chunking.windows import split_lines
 
 
