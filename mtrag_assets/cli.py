@@ -160,18 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mtrag_resources.ingest.sources import SourceConfigError
+    from mtrag_resources.core.errors import MtragError
     try:
         return args.func(args)
-    except SourceConfigError as exc:
+    except MtragError as exc:
+        # What mtrag refuses on purpose is one clear line and the error's exit code (2: bad input
+        # or configuration, 75: another build holds the source's lock, 1: anything else).
         print(f"mtrag: {exc}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:
-        from mtrag_resources.publish.build_state import SourceBusy
-        if not isinstance(exc, SourceBusy):
-            raise
-        print(f"mtrag: {exc}", file=sys.stderr)
-        return 75  # EX_TEMPFAIL: another build of the source holds its lock; try again later
+        return exc.exit_code
     except BrokenPipeError:
         # `mtrag status | head`: the reader left; say nothing more (and not at exit either)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -12,7 +12,7 @@ import dagster as dg
 
 from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock
 from mtrag_resources.core.config import Settings
-from mtrag_resources.ingest.sources import SourceSpec
+from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 from mtrag_resources.publish.views import lagging_sources
 from mtrag_resources.stores.connect import shared_qdrant
 
@@ -120,7 +120,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     if only:
         unknown = sorted(set(only) - {s.id for s in specs})
         if unknown:
-            raise SystemExit(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
+            raise SourceConfigError(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
         targets, removed = list(only), []
     elif force:
         targets, removed = [s.id for s in specs], []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from mtrag_resources.core.errors import ConfigError
 from mtrag_resources.core.models import SOURCE_KINDS
 
 SOURCE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -21,7 +22,7 @@ SDIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
 DEFAULT_MAX_FILE_BYTES = 2 * 1024 * 1024
 
 
-class SourceConfigError(ValueError):
+class SourceConfigError(ConfigError):
     """The sources file is unusable; the message names the file and the entry."""
 
 

@@ -7,6 +7,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from mtrag_resources.core.errors import BusyError
 from mtrag_resources.core.config import Settings
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.ingest.sources import SourceSpec
@@ -15,7 +16,7 @@ from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.ingest.snapshot import scan_source
 
 
-class SourceBusy(RuntimeError):
+class SourceBusy(BusyError):
     pass
 
 

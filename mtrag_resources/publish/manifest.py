@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+from mtrag_resources.core.errors import PublishError
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.core.faults import fault_point
 from mtrag_resources.core.layout import current_path, manifest_path
@@ -15,7 +16,7 @@ from mtrag_resources.core.layout import current_path, manifest_path
 MANIFEST_RE = re.compile(r"^manifest-(\d+)\.json$")
 
 
-class ManifestError(RuntimeError):
+class ManifestError(PublishError):
     pass
 
 

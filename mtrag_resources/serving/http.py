@@ -12,6 +12,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from mtrag_resources.core.errors import ConfigError, MtragError
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
 
 MAX_BODY_BYTES = 64 * 1024
@@ -21,8 +22,12 @@ QUERY_FIELDS = {"text", "query", "k", "kind", "mode"}
 PATHS_FIELDS = {"from", "to", "rel", "direction", "max_hops", "verified_only", "limit"}
 
 
-class BadRequest(ValueError):
-    pass
+class BadRequest(MtragError, ValueError):
+    http_status = 400
+
+
+class UnsafeBind(ConfigError):
+    """A bind beyond loopback without an API key."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -109,6 +114,8 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
                 return self._send(400, {"error": str(exc)})
             except EmbedderMismatch as exc:
                 return self._send(409, {"error": str(exc)})
+            except MtragError as exc:
+                return self._send(exc.http_status, {"error": str(exc)})
             except (TypeError, ValueError) as exc:
                 return self._send(400, {"error": f"bad request: {exc}"})
 
@@ -142,7 +149,7 @@ class Server(ThreadingHTTPServer):
 def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None,
                 socket_timeout: float = SOCKET_TIMEOUT_S) -> Server:
     if not _is_loopback(host) and not api_key:
-        raise SystemExit(f"refusing to bind {host}: set MTRAG_API_KEY to serve beyond loopback")
+        raise UnsafeBind(f"refusing to bind {host}: set MTRAG_API_KEY to serve beyond loopback")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     Server.address_family = family
     return Server((host, port), make_handler(reader, api_key, socket_timeout))

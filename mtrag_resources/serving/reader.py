@@ -25,6 +25,7 @@ import dagster as dg
 import numpy as np
 from pydantic import PrivateAttr
 
+from mtrag_resources.core.errors import MtragError
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.publish.manifest import load_current
@@ -85,12 +86,17 @@ GRAPH_MOVED = {"source": "*", "store": "neo4j", "reason": "a graph write began d
 PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS")
 
 
-class QueryError(ValueError):
+class QueryError(MtragError, ValueError):
     """A bad request: the message says which input and why (HTTP answers it with 400)."""
 
+    exit_code = 2
+    http_status = 400
 
-class EmbedderMismatch(RuntimeError):
-    pass
+
+class EmbedderMismatch(MtragError, RuntimeError):
+    """The query embedder is not the one the published generation was embedded with."""
+
+    http_status = 409
 
 
 class ReaderCore:

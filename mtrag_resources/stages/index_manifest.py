@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
+from mtrag_resources.core.errors import PublishError
 from mtrag_resources.publish import manifest as manifests
 from mtrag_resources.publish.checks import CheckOutcome, check_source
 from mtrag_resources.publish.views import gather_views
@@ -20,7 +21,7 @@ from mtrag_resources.ingest.snapshot import load_inventory
 KEEP_QDRANT_SNAPSHOTS = 3
 
 
-class PublishRefused(RuntimeError):
+class PublishRefused(PublishError):
     def __init__(self, failures: list[CheckOutcome]):
         self.failures = failures
         lines = [f"{f.source_id}/{f.name}: {f.description}" for f in failures]

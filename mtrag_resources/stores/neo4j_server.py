@@ -38,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+from mtrag_resources.core.errors import StoreError
 from mtrag_resources.core.config import Settings
 
 NEO4J_VERSION = "5.26.30"  # newest 5.26.x LTS on Maven Central when this was written; runs on Java 17/21
@@ -82,7 +83,7 @@ def jit_flags() -> list[str]:
     raise Neo4jServerError(f"MTRAG_NEO4J_JIT={mode!r}: expected 'c1' or 'tiered'")
 
 
-class Neo4jServerError(RuntimeError):
+class Neo4jServerError(StoreError):
     """The local server could not be resolved, started or reached."""
 
 

@@ -46,6 +46,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from mtrag_resources.core.errors import BusyError, StoreError
 from mtrag_resources.core.faults import fault_point
 from mtrag_resources.stores.contract import BEGIN, COMMITTED, Marker
 
@@ -62,11 +63,11 @@ _LOCAL_SCROLL_PAGE = 100_000
 _VECTOR_ATOL = 1e-6
 
 
-class QdrantStoreError(RuntimeError):
+class QdrantStoreError(StoreError):
     pass
 
 
-class QdrantStoreLocked(QdrantStoreError, TimeoutError):
+class QdrantStoreLocked(QdrantStoreError, BusyError, TimeoutError):
     """Another process holds the embedded Qdrant folder."""
 
 
