@@ -12,7 +12,7 @@ from mtrag_assets.neo4j_graph import neo4j_graph
 from mtrag_assets.qdrant_collection import qdrant_collection
 from mtrag_assets.raw_source import raw_source
 from mtrag_assets.jobs import build_source_job
-from mtrag_assets.resources import MtragResource
+from mtrag_assets.resources import IndexReaderResource, MtragResource
 from mtrag_assets.schedules import nightly_rebuild
 from mtrag_assets.sensors import source_changes, sources_sync
 
@@ -32,5 +32,5 @@ defs = dg.Definitions(
     jobs=[build_source_job],
     schedules=[nightly_rebuild],
     sensors=[sources_sync, source_changes, publish_automation],
-    resources={"mtrag": MtragResource()},
+    resources={"mtrag": MtragResource(), "index_reader": IndexReaderResource()},
 )

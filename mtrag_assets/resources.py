@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 from mtrag_resources.ingest.sources import SourceSpec, load_sources
+from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS
+from mtrag_resources.serving.reader import IndexReader
 
 
 _EMBEDDERS: dict[tuple, Embedder] = {}
@@ -45,3 +48,27 @@ class MtragResource(dg.ConfigurableResource):
         if self.embed_device:
             config = EmbedderConfig(**{**config.__dict__, "device": self.embed_device})
         return _embedder(config)
+
+
+class IndexReaderResource(dg.ConfigurableResource):
+    """The serving reader as a Dagster resource, for assets and sensors that query the published
+    generation (`IndexReader` itself is a plain class, so the CLI and HTTP never load Dagster)."""
+
+    home: str = ""
+    weight_dense: float = DEFAULT_WEIGHTS["dense"]
+    weight_fts: float = DEFAULT_WEIGHTS["fts"]
+    weight_exact: float = DEFAULT_WEIGHTS["exact"]
+    max_hops_limit: int = 6
+    log_proposals: bool = True
+
+    _reader: IndexReader | None = PrivateAttr(default=None)
+
+    def reader(self) -> IndexReader:
+        if self._reader is None:
+            self._reader = IndexReader(self.home, self.weight_dense, self.weight_fts, self.weight_exact,
+                                       self.max_hops_limit, self.log_proposals)
+        return self._reader
+
+    def teardown_after_execution(self, context) -> None:
+        if self._reader is not None:
+            self._reader.close()

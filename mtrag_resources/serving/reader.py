@@ -12,7 +12,6 @@ write that began meanwhile drops the graph's answers (reported stale) instead of
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -21,9 +20,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import dagster as dg
-import numpy as np
-from pydantic import PrivateAttr
 
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.stores.cas import ContentStore
@@ -34,11 +30,12 @@ from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
-from mtrag_resources.serving.query_text import identifiers_in, preprocess_query
+from mtrag_resources.serving.query_text import preprocess_query
+from mtrag_resources.serving.requests import KINDS, MAX_K, MODES, PATH_RELATIONS, QueryError, validate_text  # noqa: F401  (QueryError: part of the reader's API)
+from mtrag_resources.serving import channels as channels_
+from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals
+from mtrag_resources.serving.shared_lock import SharedLock
 
-MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("fts",),
-         "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
-KINDS = ("code", "docs")
 # A reader fails fast on an unreachable graph (its channel turns stale) instead of retrying for the
 # driver's default 30 s per call, and tries to reconnect at most every NEO4J_RETRY_S.
 READER_NEO4J_CONFIG = {"max_transaction_retry_time": 1.0, "connection_timeout": 5.0,
@@ -46,51 +43,8 @@ READER_NEO4J_CONFIG = {"max_transaction_retry_time": 1.0, "connection_timeout": 
 NEO4J_RETRY_S = 5.0
 
 
-class _SharedLock:
-    """Many readers or one writer (a reload). Writers wait for readers in flight to finish."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-
-    @contextlib.contextmanager
-    def shared(self):
-        with self._cond:
-            while self._writing:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self):
-        with self._cond:
-            while self._writing or self._readers:
-                self._cond.wait()
-            self._writing = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
-
-
 # Reported when a graph write began while a query read the graph: its graph answers were dropped.
 GRAPH_MOVED = {"source": "*", "store": "neo4j", "reason": "a graph write began during the query; graph results left out"}
-PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS")
-
-
-class QueryError(MtragError, ValueError):
-    """A bad request: the message says which input and why (HTTP answers it with 400)."""
-
-    exit_code = 2
-    http_status = 400
 
 
 class EmbedderMismatch(MtragError, RuntimeError):
@@ -109,7 +63,7 @@ class ReaderCore:
         self.max_hops_limit = max_hops_limit
         self.log_proposals = proposals
         self.cas = ContentStore(settings.cas_dir)
-        self._lock = _SharedLock()                 # the loaded generation: queries share, reloads own
+        self._lock = SharedLock()                 # the loaded generation: queries share, reloads own
         self._qdrant_lock = threading.Lock()       # embedded Qdrant's client is not thread-safe
         self._neo4j_lock = threading.Lock()        # (re)connecting the graph
         self._embedder_lock = threading.Lock()
@@ -304,13 +258,13 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ query
     def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> dict:
-        text = _validate_text(text)
+        text = validate_text(text)
         if mode not in MODES:
             raise QueryError(f"mode {mode!r} is not one of {sorted(MODES)}")
         if kind is not None and kind not in KINDS:
             raise QueryError(f"kind {kind!r} is not one of {list(KINDS)}")
-        if not isinstance(k, int) or not 1 <= k <= 100:
-            raise QueryError(f"k must be an integer from 1 to 100, got {k!r}")
+        if not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise QueryError(f"k must be an integer from 1 to {MAX_K}, got {k!r}")
         with self._published_view():
             return self._query(text, k, kind, mode)
 
@@ -333,18 +287,45 @@ class ReaderCore:
         out["generation"] = state.generation
         sources = self.manifest["sources"]
         kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
-        channels = MODES[mode]
         pre = preprocess_query(text)
+        rankings, cosines, dense_kind, qvec = self._recall(text, k, kind, mode, state, kinds, embedding, t)
+        recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
+                                      (x[0] if isinstance(x, tuple) else x for x in r)))
+        rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
+        stale_f = state.stale_for("fts")
+        hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"))
+        state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
+        out["stale"] = list(state.stale)
+        self._hydrate_parents(hits, stale_f)
+        out["hits"] = hits
+        out["bridge"], proposals = doc_to_code_bridge(self._neo4j, self._fts, self.manifest, hits, state)
+        if proposals and self.log_proposals:
+            log_proposals(self.settings.proposals_log, proposals)
+        out["paths"] = self._query_paths(rankings.get("exact", []), rows, state)
+        if (out["paths"] or any(b["via"] == "graph" for b in out["bridge"])) and not self._graph_unchanged(state):
+            out["paths"] = []
+            out["bridge"] = [b for b in out["bridge"] if b["via"] != "graph"]
+            out["stale"].append(GRAPH_MOVED)
+        if mode == "bundles":
+            out["bundles"] = self._bundles(pre, rows, cosines, recalled)
+        out["channels"] = {c: {"hits": len(r)} for c, r in rankings.items()}
+        out["timings_ms"] = t
+        return out
+
+    def _recall(self, text: str, k: int, kind: str | None, mode: str, state: gate.GateState, kinds: list[str],
+                embedding, t: dict) -> tuple[dict, dict, dict, object]:
+        """Each channel's ranking for the query (the dense one with cosines), the collection kind of
+        each dense hit, and the query vector (None when no dense channel runs)."""
+        sources = self.manifest["sources"]
+        channels = MODES[mode]
         rankings: dict[str, list[str]] = {}
         cosines: dict[str, float] = {}
-        payloads: dict[str, dict] = {}
         dense_kind: dict[str, str] = {}  # dense hit -> collection kind (its payload is fetched only if needed)
         stale_q, stale_f = state.stale_for("qdrant"), state.stale_for("fts")
         fts_hits = None
         if "fts" in channels:  # before waiting for the embedding, which runs meanwhile
             t0 = time.perf_counter()
-            fts_hits = [h for h in self._fts.search(text, k=max(k * 3, 20), source_kind=kind)
-                        if h["source_id"] in sources and h["source_id"] not in stale_f]
+            fts_hits = channels_.fts(self._fts, text, k, kind, sources, stale_f)
             t["fts_ms"] = _ms(t0)
         qvec = None
         if embedding is not None:
@@ -353,21 +334,8 @@ class ReaderCore:
             t["embed_wait_ms"] = _ms(t0)
         if "dense" in channels and self._qdrant is not None:
             t0 = time.perf_counter()
-            ok_sources = [s for s, e in sources.items() if e["kind"] in kinds and s not in stale_q]
-            dense = []
-            for kd in kinds:
-                ids = [s for s in ok_sources if sources[s]["kind"] == kd]
-                if not ids:
-                    continue
-                # Embedded Qdrant evaluates filters point by point in Python: filter only when a
-                # source of this kind must be left out (stale or unpublished).
-                every = sorted(s for s, e in sources.items() if e["kind"] == kd) == sorted(ids) and not self._unpublished(kd)
-                with self._qdrant_lock:
-                    found = self._qdrant.search(kd, qvec, k=max(k * 3, 20), source_ids=None if every else ids,
-                                                payload_fields=[])
-                for h in found:
-                    dense.append((h["chunk_id"], float(h["score"])))
-                    dense_kind[h["chunk_id"]] = kd
+            dense, dense_kind = channels_.dense(self._qdrant, self._qdrant_lock, qvec, k, kinds, sources,
+                                                stale_q, self._unpublished)
             dense.sort(key=lambda x: -x[1])
             cosines.update(dict(dense))
             rankings["dense"] = dense
@@ -376,34 +344,17 @@ class ReaderCore:
             rankings["fts"] = [h["chunk_id"] for h in fts_hits]
         if "exact" in channels:
             t0 = time.perf_counter()
-            hits = [h for h in self._fts.exact(text, k=max(k, 20))
-                    if h["source_id"] in sources and h["source_id"] not in stale_f
-                    and (kind is None or sources[h["source_id"]]["kind"] == kind)]
-            rankings["exact"] = [h["chunk_id"] for h in hits]
+            rankings["exact"] = channels_.exact(self._fts, text, k, kind, sources, stale_f)
             t["exact_ms"] = _ms(t0)
-        # Rows for everything recalled: FTS rows for sources whose FTS is current, else the
-        # Qdrant payload plus the CAS text (the CAS is append-only, so always consistent).
-        recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
-                                      (x[0] if isinstance(x, tuple) else x for x in r)))
-        rows = {cid: r for cid, r in self._fts.get_chunks(recalled).items() if r["source_id"] not in stale_f}
-        # Dense hits of sources whose FTS is stale: their row is the Qdrant payload (+ CAS text).
-        need: dict[str, list[str]] = {}
-        for cid, kd in dense_kind.items():
-            if cid not in rows:
-                need.setdefault(kd, []).append(cid)
-        for kd, ids in need.items():
-            with self._qdrant_lock:
-                payloads.update(self._qdrant.payloads_for(kd, ids))
+        return rankings, cosines, dense_kind, qvec
+
+    def _fuse(self, rankings: dict, cosines: dict, rows: dict, payloads: dict, recalled: list[str],
+              kinds: list[str], qvec, k: int, stale_q: set[str]) -> list[dict]:
+        """The channels' rankings fused into the top k hits, each with its true cosine."""
         if qvec is not None and self._qdrant is not None:
             # Exact and lexical candidates get their true cosine by point id: no invented ranks.
-            missing = [cid for cid in recalled if cid not in cosines and cid in rows
-                       and rows[cid]["role"] == "child" and rows[cid]["source_id"] not in stale_q]
-            for kd in kinds:
-                ids = [c for c in missing if rows[c]["source_kind"] == kd]
-                with self._qdrant_lock:
-                    vecs = self._qdrant.vectors_for(kd, ids) if ids else {}
-                for cid, vec in vecs.items():
-                    cosines[cid] = float(np.dot(vec, qvec) / (np.linalg.norm(vec) * np.linalg.norm(qvec) + 1e-12))
+            cosines.update(channels_.true_cosines(self._qdrant, self._qdrant_lock, qvec, recalled, cosines, rows,
+                                                  kinds, stale_q))
             if "dense" in rankings and "exact" in rankings:
                 exact_cos = {c: cosines[c] for c in rankings["exact"] if c in cosines}
                 rankings["dense"] = merge_exact_into_dense(rankings["dense"][: max(k * 3, 20)], exact_cos)
@@ -418,21 +369,23 @@ class ReaderCore:
             hits.append(self._hit(len(hits) + 1, row, score, per_channel, cosines.get(cid)))
             if len(hits) >= k:
                 break
-        state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
-        out["stale"] = list(state.stale)
-        self._hydrate_parents(hits, stale_f)
-        out["hits"] = hits
-        out["bridge"] = self._bridge(hits, state)
-        out["paths"] = self._query_paths(rankings.get("exact", []), rows, state)
-        if (out["paths"] or any(b["via"] == "graph" for b in out["bridge"])) and not self._graph_unchanged(state):
-            out["paths"] = []
-            out["bridge"] = [b for b in out["bridge"] if b["via"] != "graph"]
-            out["stale"].append(GRAPH_MOVED)
-        if mode == "bundles":
-            out["bundles"] = self._bundles(pre, rows, cosines, recalled)
-        out["channels"] = {c: {"hits": len(r)} for c, r in rankings.items()}
-        out["timings_ms"] = t
-        return out
+        return hits
+
+    def _rows(self, recalled: list[str], dense_kind: dict, stale_f: set[str]) -> tuple[dict, dict]:
+        """Rows for everything recalled, and the Qdrant payloads of dense hits that have no row."""
+        payloads: dict[str, dict] = {}
+        # FTS rows for sources whose FTS is current, else the
+        # Qdrant payload plus the CAS text (the CAS is append-only, so always consistent).
+        rows = {cid: r for cid, r in self._fts.get_chunks(recalled).items() if r["source_id"] not in stale_f}
+        # Dense hits of sources whose FTS is stale: their row is the Qdrant payload (+ CAS text).
+        need: dict[str, list[str]] = {}
+        for cid, kd in dense_kind.items():
+            if cid not in rows:
+                need.setdefault(kd, []).append(cid)
+        for kd, ids in need.items():
+            with self._qdrant_lock:
+                payloads.update(self._qdrant.payloads_for(kd, ids))
+        return rows, payloads
 
     def _unpublished(self, kind: str) -> bool:
         """Does the Qdrant copy hold sources of `kind` that the manifest does not publish?"""
@@ -475,66 +428,6 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ graph
 
-    def _bridge(self, hits: list[dict], state: gate.GateState) -> list[dict]:
-        """Doc hits -> MENTIONS / IMPLEMENTS -> code symbols; when a doc hit has no edge, the
-        identifiers in its text resolved through exact aliases (logged as proposals, never
-        written into the live generation)."""
-        doc_hits = [h for h in hits if h["source_kind"] == "docs"]
-        if not doc_hits:
-            return []
-        out = []
-        linked: set[str] = set()
-        neo = self._neo4j
-        if neo is not None and not state.is_stale(LINKS_SOURCE, "neo4j"):
-            for b in neo.bridge([h["chunk_id"] for h in doc_hits]):
-                linked.add(b["from_chunk_id"])
-                out.append({"from_chunk_id": b["from_chunk_id"], "symbol": b.get("symbol"),
-                            "file_path": b.get("file_path"), "start_line": b.get("start_line"),
-                            "relation": b.get("relation"), "confidence": b.get("confidence"),
-                            "evidence": b.get("evidence"), "via": "graph"})
-        proposals = []
-        stale_f = state.stale_for("fts")
-        code_sources = {s for s, e in self.manifest["sources"].items() if e["kind"] == "code"}
-        for h in doc_hits:
-            if h["chunk_id"] in linked:
-                continue
-            for ident in identifiers_in(h["text"])[:8]:
-                found = [e for e in self._fts.exact(ident, k=3)
-                         if e["source_id"] in code_sources and e["source_id"] not in stale_f
-                         and e["match"] == "exact" and e["alias_kind"] in ("symbol", "short_symbol")]
-                if len(found) != 1:
-                    continue  # ambiguous or unknown: no guess
-                row = self._fts.get_chunks([found[0]["chunk_id"]]).get(found[0]["chunk_id"])
-                if not row:
-                    continue
-                node_ids = json.loads(row["graph_ids"]) if isinstance(row["graph_ids"], str) else (row["graph_ids"] or [])
-                entry = {"from_chunk_id": h["chunk_id"], "symbol": row["symbol"], "file_path": row["file_path"],
-                         "start_line": row["start_line"], "relation": "MENTIONS", "confidence": "PROPOSED",
-                         "evidence": {"matched_text": ident, "file": h["file_path"], "line": h["start_line"]},
-                         "via": "alias"}
-                out.append(entry)
-                if node_ids:
-                    proposals.append({"from_chunk_id": h["chunk_id"], "source_id": h["source_id"],
-                                      "node_id": node_ids[0], "symbol": row["symbol"], "matched_text": ident,
-                                      "file_path": h["file_path"], "line": h["start_line"]})
-        if proposals and self.log_proposals:
-            self._log_proposals(proposals)
-        return out
-
-    def _log_proposals(self, proposals: list[dict]) -> None:
-        path = self.settings.proposals_log
-        # One write per batch in append mode: lines from concurrent readers do not interleave.
-        data = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in proposals)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data.encode("utf-8"))
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # proposals are a by-product: a full disk or read-only home must not fail the query
-
     def _query_paths(self, exact_ids: list[str], rows: dict, state: gate.GateState) -> list[dict]:
         """Call paths from the best exact code anchor (2 hops), when its graph is current."""
         for cid in exact_ids[:3]:
@@ -548,9 +441,9 @@ class ReaderCore:
 
     def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
               direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10) -> dict:
-        from_name = _validate_text(from_name, "from")
+        from_name = validate_text(from_name, "from")
         if to_name is not None:
-            to_name = _validate_text(to_name, "to")
+            to_name = validate_text(to_name, "to")
         if direction not in ("out", "in"):
             raise QueryError(f"direction {direction!r} must be 'out' or 'in'")
         if not isinstance(max_hops, int) or not 1 <= max_hops <= self.max_hops_limit:
@@ -624,54 +517,47 @@ def _node_source(node: dict) -> str:
     return node.get("source_id") or node.get("node_id", "").split(":", 1)[0]
 
 
-def _validate_text(text, name: str = "query") -> str:
-    if not isinstance(text, str):
-        raise QueryError(f"{name} must be a string")
-    text = text.strip()
-    if not text:
-        raise QueryError(f"{name} is empty")
-    if len(text) > 2000:
-        raise QueryError(f"{name} is {len(text)} characters; the limit is 2000")
-    if "\x00" in text:
-        raise QueryError(f"{name} contains a NUL character")
-    return text
-
-
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 2)
 
 
-class IndexReader(dg.ConfigurableResource):
-    """Serving resource: hybrid retrieval, verified graph paths, the doc-to-code bridge and
-    bundle scoring over the published generation. Usable outside Dagster:
-    `IndexReader(home="data").query("...")`. `home` empty = MTRAG_HOME."""
+class IndexReader:
+    """Hybrid retrieval, verified graph paths, the doc-to-code bridge and bundle scoring over the
+    published generation only: `IndexReader(home="data").query("...")`. `home` empty = MTRAG_HOME.
 
-    home: str = ""
-    weight_dense: float = DEFAULT_WEIGHTS["dense"]
-    weight_fts: float = DEFAULT_WEIGHTS["fts"]
-    weight_exact: float = DEFAULT_WEIGHTS["exact"]
-    max_hops_limit: int = 6
-    log_proposals: bool = True
+    A plain class, so `mtrag query` and `mtrag serve` never import Dagster; assets and sensors use
+    it through `mtrag_assets.resources.IndexReaderResource`. Stores open on the first call."""
 
-    _core_state: ReaderCore | None = PrivateAttr(default=None)
+    def __init__(self, home: str = "", weight_dense: float = DEFAULT_WEIGHTS["dense"],
+                 weight_fts: float = DEFAULT_WEIGHTS["fts"], weight_exact: float = DEFAULT_WEIGHTS["exact"],
+                 max_hops_limit: int = 6, log_proposals: bool = True):
+        self.home = home
+        self.weights = {"dense": weight_dense, "fts": weight_fts, "exact": weight_exact}
+        self.max_hops_limit = max_hops_limit
+        self.log_proposals = log_proposals
+        self._core_state: ReaderCore | None = None
 
     def _core(self) -> ReaderCore:
         if self._core_state is None:
             settings = Settings(home=Path(self.home).resolve()) if self.home else Settings.from_env()
-            self._core_state = ReaderCore(settings, {"dense": self.weight_dense, "fts": self.weight_fts,
-                                                     "exact": self.weight_exact},
-                                          self.max_hops_limit, self.log_proposals)
+            self._core_state = ReaderCore(settings, self.weights, self.max_hops_limit, self.log_proposals)
         return self._core_state
 
     def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> dict:
+        """Top `k` hits for `text` (1 <= k <= 100, at most 2,000 characters) with the bridge, paths
+        and stale channels; raises QueryError for bad input, EmbedderMismatch when the query
+        embedder is not the published generation's."""
         return self._core().query(text, k=k, kind=kind, mode=mode)
 
     def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
               direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10) -> dict:
+        """Verified graph paths from a symbol (at most `max_hops_limit` hops)."""
         return self._core().paths(from_name, to_name, rel_types, direction, max_hops, verified_only, limit)
 
     def status(self) -> dict:
+        """The published generation, each store's marker per source, and the stale channels."""
         return self._core().status()
 
     def close(self) -> None:
-        self._core().close()
+        if self._core_state is not None:
+            self._core_state.close()

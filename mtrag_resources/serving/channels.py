@@ -1,0 +1,63 @@
+"""One function per retrieval channel of a query (lexical FTS, dense Qdrant, exact aliases) and the
+true cosine of candidates the dense channel did not return. Each reads only the published
+sources it is given and leaves out the ones whose store the gate found stale."""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import numpy as np
+
+
+def _recall_k(k: int) -> int:
+    # Each channel recalls more than k so the fusion has candidates to reorder.
+    return max(k * 3, 20)
+
+
+def fts(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[dict]:
+    return [h for h in store.search(text, k=_recall_k(k), source_kind=kind)
+            if h["source_id"] in sources and h["source_id"] not in stale]
+
+
+def dense(store, lock: threading.Lock, qvec, k: int, kinds: list[str], sources: dict, stale: set[str],
+          unpublished: Callable[[str], bool]) -> tuple[list[tuple[str, float]], dict[str, str]]:
+    """(chunk id, cosine) best first, and each hit's collection kind."""
+    ok_sources = [s for s, e in sources.items() if e["kind"] in kinds and s not in stale]
+    found_all: list[tuple[str, float]] = []
+    kind_of: dict[str, str] = {}
+    for kd in kinds:
+        ids = [s for s in ok_sources if sources[s]["kind"] == kd]
+        if not ids:
+            continue
+        # Embedded Qdrant evaluates filters point by point in Python: filter only when a source of
+        # this kind must be left out (stale or unpublished).
+        every = sorted(s for s, e in sources.items() if e["kind"] == kd) == sorted(ids) and not unpublished(kd)
+        with lock:
+            found = store.search(kd, qvec, k=_recall_k(k), source_ids=None if every else ids, payload_fields=[])
+        for h in found:
+            found_all.append((h["chunk_id"], float(h["score"])))
+            kind_of[h["chunk_id"]] = kd
+    found_all.sort(key=lambda x: -x[1])
+    return found_all, kind_of
+
+
+def exact(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[str]:
+    return [h["chunk_id"] for h in store.exact(text, k=max(k, 20))
+            if h["source_id"] in sources and h["source_id"] not in stale
+            and (kind is None or sources[h["source_id"]]["kind"] == kind)]
+
+
+def true_cosines(store, lock: threading.Lock, qvec, recalled: list[str], known: dict, rows: dict,
+                 kinds: list[str], stale: set[str]) -> dict[str, float]:
+    """Exact and lexical candidates get their true cosine by point id: no invented ranks."""
+    missing = [cid for cid in recalled if cid not in known and cid in rows
+               and rows[cid]["role"] == "child" and rows[cid]["source_id"] not in stale]
+    out: dict[str, float] = {}
+    qnorm = np.linalg.norm(qvec)
+    for kd in kinds:
+        ids = [c for c in missing if rows[c]["source_kind"] == kd]
+        with lock:
+            vecs = store.vectors_for(kd, ids) if ids else {}
+        for cid, vec in vecs.items():
+            out[cid] = float(np.dot(vec, qvec) / (np.linalg.norm(vec) * qnorm + 1e-12))
+    return out
