@@ -23,7 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mtrag_resources.core.models import stable_id  # noqa: E402
-from mtrag_resources.stores.qdrant_store import ENGINES, QdrantStore, engine_from_env  # noqa: E402
+from mtrag_resources.stores.qdrant_store import QdrantStore  # noqa: E402
+from mtrag_resources.stores.qdrant_folder import ENGINES, engine_from_env
 
 
 def percentile(values: list[float], q: float) -> float:

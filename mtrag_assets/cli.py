@@ -91,7 +91,7 @@ def cmd_status(args) -> int:
 
 def cmd_serve(args) -> int:
     from mtrag_resources.serving.http import serve
-    serve(_reader(), host=args.host, port=args.port, api_key=os.environ.get("MTRAG_API_KEY") or None)
+    serve(_reader(), host=args.host, port=args.port, api_key=_settings().api_key)
     return 0
 
 

@@ -32,5 +32,5 @@ defs = dg.Definitions(
     jobs=[build_source_job],
     schedules=[nightly_rebuild],
     sensors=[sources_sync, source_changes, publish_automation],
-    resources={"mtrag": MtragResource(), "index_reader": IndexReaderResource()},
+    resources={"mtrag": MtragResource.from_environment(), "index_reader": IndexReaderResource()},
 )

@@ -1,10 +1,12 @@
 """The one resource every asset uses: where MTRAG_HOME is, the sources, and the embedder."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 from pydantic import PrivateAttr
 
-from mtrag_resources.core.config import Settings
+from mtrag_resources.core.config import Settings, env
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 from mtrag_resources.ingest.sources import SourceSpec, load_sources
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS
@@ -22,15 +24,32 @@ def _embedder(config: EmbedderConfig) -> Embedder:
     return _EMBEDDERS[key]
 
 
-class MtragResource(dg.ConfigurableResource):
-    """Settings for a build. Empty strings fall back to the environment (MTRAG_HOME,
-    MTRAG_EMBED_MODEL, MTRAG_EMBED_DEVICE), so the UI and the CLI agree by default."""
+RESOURCE_FIELDS_BY_VARIABLE = {"MTRAG_HOME": "home", "MTRAG_SOURCES": "sources_file",
+                               "MTRAG_EMBED_MODEL": "embed_model", "MTRAG_EMBED_DEVICE": "embed_device",
+                               "MTRAG_EMBED_BACKEND": "embed_backend"}
 
-    embed_model: str = ""
-    embed_device: str = ""
+
+class MtragResource(dg.ConfigurableResource):
+    """Settings for a build, as a Dagster user sets them: each field empty falls back to mtrag's
+    environment variable (core/config.py), so the UI and the CLI agree by default;
+    `from_environment()` binds every variable that is set with `dg.EnvVar`, so the UI shows where a
+    value comes from instead of a copy of it."""
+
+    home: str = ""           # MTRAG_HOME
+    sources_file: str = ""   # MTRAG_SOURCES
+    embed_model: str = ""    # MTRAG_EMBED_MODEL
+    embed_device: str = ""   # MTRAG_EMBED_DEVICE
+    embed_backend: str = ""  # MTRAG_EMBED_BACKEND
+
+    @classmethod
+    def from_environment(cls) -> "MtragResource":
+        return cls(**{field: dg.EnvVar(name) for name, field in RESOURCE_FIELDS_BY_VARIABLE.items() if env(name)})
 
     def settings(self) -> Settings:
-        return Settings.from_env().ensure()
+        settings = Settings(home=Path(self.home).resolve()) if self.home else Settings.from_env()
+        if self.sources_file:
+            settings = Settings(home=settings.home, sources=Path(self.sources_file).resolve())
+        return settings.ensure()
 
     def specs(self) -> list[SourceSpec]:
         return load_sources(self.settings().sources_file)
@@ -43,10 +62,12 @@ class MtragResource(dg.ConfigurableResource):
 
     def embedder(self) -> Embedder:
         config = EmbedderConfig.from_env()
-        if self.embed_model:
-            config = EmbedderConfig(**{**config.__dict__, "model": self.embed_model})
-        if self.embed_device:
-            config = EmbedderConfig(**{**config.__dict__, "device": self.embed_device})
+        overrides = {"model": self.embed_model, "device": self.embed_device, "backend": self.embed_backend}
+        overrides = {k: v for k, v in overrides.items() if v}
+        if overrides:
+            if "device" in overrides and "backend" not in overrides:
+                overrides["backend"] = ""  # re-derived from the device
+            config = EmbedderConfig(**{**config.__dict__, **overrides})
         return _embedder(config)
 
 

@@ -43,7 +43,8 @@ concurrency:
 
 
 def dagster_instance(settings: Settings) -> dg.DagsterInstance:
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home)))
+    home = settings.dagster_home
+    os.environ["DAGSTER_HOME"] = str(home)  # for Dagster itself: runs and daemons read it
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():
         (home / "dagster.yaml").write_text(INSTANCE_YAML)

@@ -1,11 +1,12 @@
-import os
 
 import dagster as dg
 
 from mtrag_assets.jobs import build_source_job
 from mtrag_assets.partitions import sources_partitions
 
-NIGHTLY_CRON = os.environ.get("MTRAG_NIGHTLY_CRON", "0 2 * * *")
+from mtrag_resources.core.config import env
+
+NIGHTLY_CRON = env("MTRAG_NIGHTLY_CRON", "0 2 * * *")
 
 
 @dg.schedule(cron_schedule=NIGHTLY_CRON, job=build_source_job, execution_timezone="UTC",

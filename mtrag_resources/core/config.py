@@ -1,4 +1,9 @@
-"""Where things live. Every path derives from MTRAG_HOME so a test or a bench gets a private tree."""
+"""Configuration: every environment variable mtrag reads is declared in `ENVIRONMENT` and read
+through `env()` (a test holds both the code and the README's configuration table to this list).
+`Settings` is one MTRAG_HOME: its paths come from `HomeLayout`, its other settings from here.
+
+Values are read when asked for, not at import, so a test or a bench that sets a variable after
+importing mtrag still gets what it set."""
 from __future__ import annotations
 
 import os
@@ -9,28 +14,84 @@ from mtrag_resources.core.layout import HomeLayout
 
 
 @dataclass(frozen=True)
+class Variable:
+    default: str   # as the README shows it
+    meaning: str
+
+
+ENVIRONMENT: dict[str, Variable] = {
+    "MTRAG_HOME": Variable("./data", "stage outputs, CAS, stores, manifests, the Dagster instance"),
+    "MTRAG_SOURCES": Variable("$MTRAG_HOME/sources.yaml", "the source list"),
+    "DAGSTER_HOME": Variable("$MTRAG_HOME/dagster_home", "Dagster instance used by `mtrag build` and `dagster dev`"),
+    "MTRAG_EMBED_MODEL": Variable("all-MiniLM-L6-v2", "any sentence-transformers model name or path"),
+    "MTRAG_EMBED_DEVICE": Variable("cpu", "`cuda` for a GPU"),
+    "MTRAG_EMBED_BACKEND": Variable("onnx-int8 on the CPU", "onnx-int8, onnx or torch"),
+    "MTRAG_EMBED_BATCH": Variable("32 (ONNX), 64 (torch)", "texts per embedding batch"),
+    "MTRAG_EMBED_ALLOW_DOWNLOAD": Variable("unset", "`1` lets a model be fetched from the Hugging Face hub"),
+    "MTRAG_CACHE_DIR": Variable("$XDG_CACHE_HOME/mtrag", "ONNX exports, weight fingerprints, Neo4j jars"),
+    "XDG_CACHE_HOME": Variable("~/.cache", "the base of the default cache folder"),
+    "MTRAG_QDRANT_ENGINE": Variable("local", "`edge`: Qdrant Edge for the embedded store"),
+    "QDRANT_URL": Variable("embedded local mode", "a Qdrant server instead"),
+    "QDRANT_API_KEY": Variable("none", "the Qdrant server's API key"),
+    "NEO4J_URI": Variable("a local Community server mtrag starts", "another Neo4j server"),
+    "NEO4J_USER": Variable("none", "the Neo4j user"),
+    "NEO4J_PASSWORD": Variable("none", "the Neo4j password"),
+    "MTRAG_NEO4J_VERSION": Variable("the pinned version", "the local Neo4j Community version"),
+    "MTRAG_NEO4J_HEAP": Variable("512m", "the local Neo4j's Java heap"),
+    "MTRAG_NEO4J_JIT": Variable("tiered", "the local Neo4j's JIT mode (tiered, c1)"),
+    "MTRAG_NEO4J_BOLT_PORT": Variable("a free port", "the local Neo4j's Bolt port"),
+    "MTRAG_NEO4J_CACHE": Variable("$MTRAG_CACHE_DIR/neo4j", "where the local Neo4j's jars are resolved to"),
+    "MTRAG_MVN": Variable("`mvn` on PATH", "the Maven used to resolve Neo4j's jars"),
+    "MTRAG_JAVA": Variable("$JAVA_HOME/bin/java or `java`", "the Java that runs the local Neo4j"),
+    "JAVA_HOME": Variable("unset", "where Java is"),
+    "MTRAG_API_KEY": Variable("none", "required by `mtrag serve` for binds other than loopback"),
+    "MTRAG_NIGHTLY_CRON": Variable("0 2 * * *", "the nightly rebuild schedule"),
+    "MTRAG_FAULT": Variable("unset", "tests only: a fault point at which the process kills itself"),
+    "MTRAG_FAULT_SIGNAL": Variable("KILL", "tests only: `STOP` stops the process at the fault point instead"),
+}
+
+
+def env(name: str, default: str = "") -> str:
+    """The variable's value ('' or `default` when unset or empty); only declared names."""
+    if name not in ENVIRONMENT:
+        raise KeyError(f"{name} is not declared in mtrag_resources.core.config.ENVIRONMENT")
+    return os.environ.get(name) or default
+
+
+@dataclass(frozen=True)
 class Settings(HomeLayout):
     home: Path
+    sources: Path | None = None  # the source list; None: MTRAG_SOURCES, else beside the home
 
     @classmethod
     def from_env(cls) -> "Settings":
-        return cls(home=Path(os.environ.get("MTRAG_HOME", "./data")).resolve())
+        return cls(home=Path(env("MTRAG_HOME", "./data")).resolve())
 
     @property
     def sources_file(self) -> Path:
-        return Path(os.environ.get("MTRAG_SOURCES", self.home / "sources.yaml")).resolve()
+        return Path(self.sources or env("MTRAG_SOURCES") or self.home / "sources.yaml").resolve()
 
     @property
     def dagster_home(self) -> Path:
-        return Path(os.environ.get("DAGSTER_HOME", self.home / "dagster_home")).resolve()
+        return Path(env("DAGSTER_HOME") or self.home / "dagster_home").resolve()
 
     @property
     def qdrant_url(self) -> str | None:
-        return os.environ.get("QDRANT_URL") or None
+        return env("QDRANT_URL") or None
 
     @property
     def qdrant_api_key(self) -> str | None:
-        return os.environ.get("QDRANT_API_KEY") or None
+        return env("QDRANT_API_KEY") or None
+
+    @property
+    def neo4j_connection(self) -> tuple[str, str | None, str | None] | None:
+        """(uri, user, password) of a Neo4j server named by NEO4J_URI, else None."""
+        uri = env("NEO4J_URI")
+        return (uri, env("NEO4J_USER") or None, env("NEO4J_PASSWORD") or None) if uri else None
+
+    @property
+    def api_key(self) -> str | None:
+        return env("MTRAG_API_KEY") or None
 
     def ensure(self) -> "Settings":
         for d in self.stage_dirs():

@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import signal
 
+from mtrag_resources.core.config import env
+
 
 def fault_point(name: str) -> None:
-    wanted = os.environ.get("MTRAG_FAULT")
+    wanted = env("MTRAG_FAULT")
     if not wanted or name not in {w.strip() for w in wanted.split(",")}:
         return
-    sig = signal.SIGSTOP if os.environ.get("MTRAG_FAULT_SIGNAL", "").upper() == "STOP" else signal.SIGKILL
+    sig = signal.SIGSTOP if env("MTRAG_FAULT_SIGNAL").upper() == "STOP" else signal.SIGKILL
     os.kill(os.getpid(), sig)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from mtrag_resources.core.config import env
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -53,7 +55,7 @@ def _cpu_count() -> int:
 
 
 def _downloads_allowed() -> bool:
-    return os.environ.get("MTRAG_EMBED_ALLOW_DOWNLOAD", "") in ("1", "true", "yes")
+    return env("MTRAG_EMBED_ALLOW_DOWNLOAD") in ("1", "true", "yes")
 
 
 @dataclass
@@ -82,12 +84,11 @@ class EmbedderConfig:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "EmbedderConfig":
-        env = os.environ
         values: dict[str, Any] = {
-            "model": env.get("MTRAG_EMBED_MODEL") or DEFAULT_MODEL,
-            "device": env.get("MTRAG_EMBED_DEVICE") or "cpu",
-            "batch_size": int(env["MTRAG_EMBED_BATCH"]) if env.get("MTRAG_EMBED_BATCH") else None,
-            "backend": env.get("MTRAG_EMBED_BACKEND") or "",
+            "model": env("MTRAG_EMBED_MODEL") or DEFAULT_MODEL,
+            "device": env("MTRAG_EMBED_DEVICE") or "cpu",
+            "batch_size": int(env("MTRAG_EMBED_BATCH")) if env("MTRAG_EMBED_BATCH") else None,
+            "backend": env("MTRAG_EMBED_BACKEND"),
         }
         values.update(overrides)
         return cls(**values)
@@ -136,10 +137,10 @@ _HASH_LOCK = threading.Lock()
 
 
 def _cache_root() -> Path:
-    root = os.environ.get("MTRAG_CACHE_DIR")
+    root = env("MTRAG_CACHE_DIR")
     if root:
         return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = env("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return base / "mtrag"
 

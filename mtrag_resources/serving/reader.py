@@ -12,7 +12,6 @@ write that began meanwhile drops the graph's answers (reported stale) instead of
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 import threading
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.stores.cas import ContentStore
-from mtrag_resources.core.config import Settings
+from mtrag_resources.core.config import Settings, env
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.contract import LINKS_SOURCE
@@ -102,7 +101,8 @@ class ReaderCore:
 
     def _open_stores(self) -> None:
         from mtrag_resources.stores.fts_store import FtsStore
-        from mtrag_resources.stores.qdrant_store import QdrantStore, copy_for_reader
+        from mtrag_resources.stores.qdrant_store import QdrantStore
+        from mtrag_resources.stores.qdrant_folder import copy_for_reader
         snapshot = self.manifest.get("stores", {}).get("qdrant_snapshot")
         if self.settings.qdrant_url:
             self._qdrant = QdrantStore(url=self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
@@ -240,7 +240,7 @@ class ReaderCore:
             # one thread per query: requests run in parallel threads, and one short text
             # gains nothing from splitting (measured: p50 22 ms vs 92 ms with 2 on a busy box)
             config = EmbedderConfig.from_env(threads=1)
-            if not os.environ.get("MTRAG_EMBED_BACKEND") and config.device.startswith("cpu"):
+            if not env("MTRAG_EMBED_BACKEND") and config.device.startswith("cpu"):
                 # unset: embed queries the way the published generation embedded its chunks
                 config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
             if self._embedder is None or self._embedder.config.backend != config.backend:

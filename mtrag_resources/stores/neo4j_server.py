@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from mtrag_resources.core.errors import StoreError
-from mtrag_resources.core.config import Settings
+from mtrag_resources.core.config import Settings, env
 
 NEO4J_VERSION = "5.26.30"  # newest 5.26.x LTS on Maven Central when this was written; runs on Java 17/21
 MAIN_CLASS = "org.neo4j.server.CommunityEntryPoint"
@@ -75,7 +75,7 @@ JVM_FLAGS = [
 
 def jit_flags() -> list[str]:
     """JIT compiler flags (see MTRAG_NEO4J_JIT in the module docstring)."""
-    mode = (os.environ.get("MTRAG_NEO4J_JIT") or "tiered").strip().lower()
+    mode = (env("MTRAG_NEO4J_JIT") or "tiered").strip().lower()
     if mode == "c1":
         return ["-XX:TieredStopAtLevel=1"]
     if mode == "tiered":
@@ -90,13 +90,13 @@ class Neo4jServerError(StoreError):
 # ----------------------------------------------------------------------------------------- jars
 
 def neo4j_version() -> str:
-    return os.environ.get("MTRAG_NEO4J_VERSION") or NEO4J_VERSION
+    return env("MTRAG_NEO4J_VERSION") or NEO4J_VERSION
 
 
 def cache_dir(version: str | None = None) -> Path:
-    env = os.environ.get("MTRAG_NEO4J_CACHE")
-    if env:
-        return Path(env).expanduser().resolve()
+    configured = env("MTRAG_NEO4J_CACHE")
+    if configured:
+        return Path(configured).expanduser().resolve()
     return Path("~/.cache/mtrag").expanduser() / f"neo4j-{version or neo4j_version()}"
 
 
@@ -137,7 +137,7 @@ def resolve_jars(version: str | None = None, cache: Path | None = None, *, quiet
     with _file_lock(cache.parent / f".{cache.name}.lock"):
         if _cache_complete(cache):
             return cache / "lib"
-        mvn = os.environ.get("MTRAG_MVN") or shutil.which("mvn")
+        mvn = env("MTRAG_MVN") or shutil.which("mvn")
         if not mvn:
             raise Neo4jServerError(
                 f"Neo4j jars are not cached in {cache} and Maven (`mvn`) is not on PATH; install Maven "
@@ -171,10 +171,10 @@ def resolve_jars(version: str | None = None, cache: Path | None = None, *, quiet
 # ----------------------------------------------------------------------------------------- java
 
 def find_java() -> str:
-    env = os.environ.get("MTRAG_JAVA")
-    if env:
-        return env
-    java_home = os.environ.get("JAVA_HOME")
+    configured = env("MTRAG_JAVA")
+    if configured:
+        return configured
+    java_home = env("JAVA_HOME")
     if java_home and Path(java_home, "bin", "java").is_file():
         return str(Path(java_home, "bin", "java"))
     java = shutil.which("java")
@@ -221,7 +221,7 @@ class Neo4jServer:
     def __init__(self, settings: Settings, version: str | None = None, heap: str | None = None):
         self.settings = settings
         self.version = version or neo4j_version()
-        self.heap = heap or os.environ.get("MTRAG_NEO4J_HEAP") or "512m"
+        self.heap = heap or env("MTRAG_NEO4J_HEAP") or "512m"
         self.home = Path(settings.neo4j_dir).resolve()
 
     # paths
@@ -286,9 +286,9 @@ class Neo4jServer:
 
     # config
     def _choose_port(self) -> int:
-        env = os.environ.get("MTRAG_NEO4J_BOLT_PORT")
-        if env:
-            return int(env)
+        configured = env("MTRAG_NEO4J_BOLT_PORT")
+        if configured:
+            return int(configured)
         try:  # keep the previous port across restarts when it is still free
             for line in self.conf_file.read_text().splitlines():
                 if line.startswith("server.bolt.listen_address="):
@@ -469,7 +469,7 @@ def launch_local_server(settings: Settings) -> None:
     """Boot the local server in the background unless NEO4J_URI names one or it runs already; the
     first neo4j_connection of this process then waits for it (a fresh home's build chunks and embeds
     its first source meanwhile, instead of waiting ~10-20 s for the JVM first)."""
-    if os.environ.get("NEO4J_URI"):
+    if settings.neo4j_connection:
         return
     server = Neo4jServer(settings)
     uri, proc = server.launch()
@@ -482,9 +482,8 @@ def neo4j_connection(settings: Settings, start: bool = False) -> tuple[str, str 
     """(uri, user, password): NEO4J_URI/NEO4J_USER/NEO4J_PASSWORD when NEO4J_URI is set (nothing
     local is started), else the local server's Bolt URI (user and password None: auth is off).
     With start=True a local server that is not running is started."""
-    uri = os.environ.get("NEO4J_URI")
-    if uri:
-        return uri, os.environ.get("NEO4J_USER") or None, os.environ.get("NEO4J_PASSWORD") or None
+    if settings.neo4j_connection:
+        return settings.neo4j_connection
     server = Neo4jServer(settings)
     with _BOOTING_LOCK:  # launched by this process and maybe still booting: wait for Bolt once
         booting = _BOOTING.pop(str(server.home), None)
