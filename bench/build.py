@@ -43,7 +43,7 @@ INSERTED = '''def bench_inserted_helper(count: int) -> int:
 EMBED_ONLY = r'''
 import json, sys, time
 from sentence_transformers import SentenceTransformer
-from mtrag_resources.embedding.embedder import default_model_path
+from mtrag_resources.embedding.model_files import default_model_path
 texts = json.load(open(sys.argv[1]))
 model = SentenceTransformer(str(default_model_path()), device="cpu")
 t0 = time.perf_counter()

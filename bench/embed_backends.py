@@ -47,7 +47,7 @@ def sample_texts(n: int, n_queries: int, seed: int = 0) -> tuple[list[str], list
     """`n` function/class sources cut to 200-300 tokens, and `n_queries` docstring first lines."""
     from tokenizers import Tokenizer
 
-    from mtrag_resources.embedding.embedder import default_model_path
+    from mtrag_resources.embedding.model_files import default_model_path
 
     tok = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
     tok.no_truncation()
@@ -87,7 +87,8 @@ def sample_texts(n: int, n_queries: int, seed: int = 0) -> tuple[list[str], list
 
 
 def _encoder(variant: str):
-    from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig, default_model_path
+    from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
+    from mtrag_resources.embedding.model_files import default_model_path
 
     path = str(default_model_path())
     if variant.startswith("embedder-"):
