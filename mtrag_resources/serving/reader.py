@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings, env
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
+from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
@@ -100,28 +100,16 @@ class ReaderCore:
                 self._open_stores()
 
     def _open_stores(self) -> None:
-        from mtrag_resources.stores.fts_store import FtsStore
-        from mtrag_resources.stores.qdrant_store import QdrantStore
-        from mtrag_resources.stores.qdrant_folder import copy_for_reader
         snapshot = self.manifest.get("stores", {}).get("qdrant_snapshot")
-        if self.settings.qdrant_url:
-            self._qdrant = QdrantStore(url=self.settings.qdrant_url, api_key=self.settings.qdrant_api_key)
-        elif snapshot:
-            private = tempfile.mkdtemp(prefix="mtrag-reader-qdrant-")
-            copy_for_reader(snapshot, private)
-            self._qdrant_copy = private
-            self._qdrant = QdrantStore(path=Path(private), lock_timeout=5)
-        self._fts = FtsStore(self.settings.fts_path)
+        self._qdrant, self._qdrant_copy = open_published_qdrant(self.settings, snapshot)
+        self._fts = open_fts(self.settings)
         self._connect_neo4j()
 
     def _connect_neo4j(self) -> None:
         self._neo4j_tried = time.monotonic()
         store = None
         try:
-            from mtrag_resources.stores.neo4j_server import neo4j_connection
-            from mtrag_resources.stores.neo4j_store import Neo4jStore
-            uri, user, password = neo4j_connection(self.settings)
-            store = Neo4jStore(uri, user, password, **READER_NEO4J_CONFIG)
+            store = open_neo4j(self.settings, **READER_NEO4J_CONFIG)
             store.markers()
             self._neo4j, self._neo4j_error = store, None
         except Exception as exc:  # noqa: BLE001 - an unreachable graph makes its channel stale, not the reader dead
@@ -398,7 +386,6 @@ class ReaderCore:
         if not payload:
             return None
         row = dict(payload)
-        row["source_kind"] = payload.get("source_type", "")
         try:
             row["text"] = self.cas.get_text(payload["content_hash"])
         except FileNotFoundError:

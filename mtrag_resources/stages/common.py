@@ -18,7 +18,7 @@ CODE_VERSIONS = {
     "cas_chunks": "1",
     "canonical_graph": "1",
     "embedding_cache": "1",
-    "qdrant_collection": "1",
+    "qdrant_collection": "2",  # 2: the payload names the kind source_kind (was source_type)
     "fts_db": "1",
     "neo4j_graph": "1",
     "cross_source_links": "1",

@@ -15,13 +15,11 @@ from mtrag_resources.stages.embedding_cache import child_rows
 
 PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",
                   "content_hash", "cas_uri", "repository", "commit", "file_path", "symbol",
-                  "start_line", "end_line", "chunk_type", "language")
+                  "start_line", "end_line", "chunk_type", "language", "source_kind")
 
 
 def payload_for(row: dict) -> dict:
-    payload = {k: row[k] for k in PAYLOAD_FIELDS}
-    payload["source_type"] = row["source_kind"]
-    return payload
+    return {k: row[k] for k in PAYLOAD_FIELDS}
 
 
 def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embedder) -> StageResult:

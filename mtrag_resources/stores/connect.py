@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import threading
+from pathlib import Path
 
 from mtrag_resources.core.config import Settings
 
@@ -71,8 +73,23 @@ def open_fts(settings: Settings, path=None):
     return FtsStore(path or settings.fts_path)
 
 
-def open_neo4j(settings: Settings):
+def open_neo4j(settings: Settings, **driver_config):
     from mtrag_resources.stores.neo4j_server import neo4j_connection
     from mtrag_resources.stores.neo4j_store import Neo4jStore
     uri, user, password = neo4j_connection(settings)
-    return Neo4jStore(uri, user, password)
+    return Neo4jStore(uri, user, password, **driver_config)
+
+
+def open_published_qdrant(settings: Settings, snapshot: str | None):
+    """The Qdrant a reader serves from: the server, or a private copy of the published embedded
+    snapshot (embedded mode allows one process per folder). Returns (store or None, private copy
+    folder to remove on close, or None)."""
+    from mtrag_resources.stores.qdrant_store import QdrantStore
+    if settings.qdrant_url:
+        return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key), None
+    if not snapshot:
+        return None, None
+    from mtrag_resources.stores.qdrant_folder import copy_for_reader
+    private = tempfile.mkdtemp(prefix="mtrag-reader-qdrant-")
+    copy_for_reader(snapshot, private)
+    return QdrantStore(path=Path(private), lock_timeout=5), private
