@@ -1,7 +1,7 @@
 import dagster as dg
 
 from mtrag_resources.stages.canonical_graph import build_canonical_graph
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 
 from mtrag_assets.cas_chunks import cas_chunks
 from mtrag_assets.metadata import materialize_result, sample_table

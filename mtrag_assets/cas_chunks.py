@@ -1,7 +1,7 @@
 import dagster as dg
 
 from mtrag_resources.stages.cas_chunks import build_cas_chunks
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 
 from mtrag_assets.metadata import materialize_result, sample_table
 from mtrag_assets.partitions import sources_partitions

@@ -1,6 +1,6 @@
 import dagster as dg
 
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stages.cross_source_links import build_cross_source_links
 
 from mtrag_assets.metadata import materialize_result, sample_table

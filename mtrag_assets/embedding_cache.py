@@ -1,6 +1,6 @@
 import dagster as dg
 
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stages.embedding_cache import build_embedding_cache
 
 from mtrag_assets.cas_chunks import cas_chunks

@@ -1,6 +1,6 @@
 import dagster as dg
 
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stages.index_manifest import PublishRefused, build_index_manifest
 
 from mtrag_assets.cross_source_links import cross_source_links

@@ -1,6 +1,6 @@
 import dagster as dg
 
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stages.neo4j_graph import build_neo4j_graph
 
 from mtrag_assets.canonical_graph import canonical_graph

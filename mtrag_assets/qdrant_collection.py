@@ -1,6 +1,6 @@
 import dagster as dg
 
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stages.qdrant_collection import build_qdrant_collection
 
 from mtrag_assets.embedding_cache import embedding_cache

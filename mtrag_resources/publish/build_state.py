@@ -11,7 +11,7 @@ from mtrag_resources.core.errors import BusyError
 from mtrag_resources.core.config import Settings
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stages.common import CODE_VERSIONS
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.ingest.snapshot import scan_source
 

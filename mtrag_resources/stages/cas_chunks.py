@@ -17,7 +17,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.tables import write_rows
-from mtrag_resources.stages.common import CODE_VERSIONS, StageResult, chunk_set_generation, timed
+from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, update_state
 from mtrag_resources.ingest.snapshot import load_inventory
 

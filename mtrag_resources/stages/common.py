@@ -8,22 +8,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtrag_resources.core.versions import CODE_VERSIONS
 
 
 
-# Bump a stage's version when its output for the same input changes; Dagster then shows the
-# stage and everything downstream as stale, and the generation digest changes.
-CODE_VERSIONS = {
-    "raw_source": "1",
-    "cas_chunks": "1",
-    "canonical_graph": "1",
-    "embedding_cache": "1",
-    "qdrant_collection": "2",  # 2: the payload names the kind source_kind (was source_type)
-    "fts_db": "1",
-    "neo4j_graph": "1",
-    "cross_source_links": "1",
-    "index_manifest": "1",
-}
+
 
 
 @dataclass

@@ -14,7 +14,8 @@ from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stores.tables import read_rows
-from mtrag_resources.stages.common import CODE_VERSIONS, StageResult, timed
+from mtrag_resources.stages.common import StageResult, timed
+from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.ingest.snapshot import load_inventory
 
