@@ -1,0 +1,3 @@
+"""The generation protocol in one place: the views of each store's markers and counts, the gate's
+checks, manifests and the atomic CURRENT, the query gate, and the build state (what changed, who
+builds, what a failed build left dirty). Imports `stores` and below."""
