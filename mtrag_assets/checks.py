@@ -28,7 +28,8 @@ warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec
 def _outcome(context, mtrag: MtragResource, name: str, store: str | None = None) -> dg.AssetCheckResult:
     embedder = mtrag.embedder()
     return _result(check_one(mtrag.settings(), mtrag.spec(context.partition_key), name,
-                             embedder.fingerprint_id, embedder.dim, store))
+                             embedder.fingerprint_id, embedder.dim, store,
+                             ml_fingerprint_id=mtrag.multilingual().fingerprint_id))
 
 
 def _result(outcome) -> dg.AssetCheckResult:

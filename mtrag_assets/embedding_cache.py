@@ -26,5 +26,6 @@ def embedding_cache(context: dg.AssetExecutionContext, mtrag: MtragResource) -> 
     def progress(done: int, total: int) -> None:
         context.log.info(f"embedded {done}/{total}")
 
-    result = build_embedding_cache(mtrag.settings(), mtrag.spec(context.partition_key), mtrag.embedder(), log=progress)
+    result = build_embedding_cache(mtrag.settings(), mtrag.spec(context.partition_key), mtrag.embedder(), log=progress,
+                                   multilingual=mtrag.multilingual())
     return materialize_result(result)

@@ -1,14 +1,34 @@
 import dagster as dg
+from pydantic import Field
 
 from mtrag_resources.core.versions import CODE_VERSIONS
+from mtrag_resources.publish.golden import QualityRefused
+from mtrag_resources.serving.golden import evaluate_candidate
 from mtrag_resources.stages.index_manifest import PublishRefused, build_index_manifest
 
 from mtrag_assets.cross_source_links import cross_source_links
 from mtrag_assets.fts_db import fts_db
-from mtrag_assets.metadata import materialize_result
+from mtrag_assets.metadata import materialize_result, typed_table
 from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_PUBLISH
 from mtrag_assets.qdrant_collection import qdrant_collection
 from mtrag_assets.resources import MtragResource
+
+
+class IndexManifestConfig(dg.Config):
+    accept_quality_drop: bool = Field(
+        default=False, description="publish even when the golden-query gate refuses the candidate; the manifest "
+                                   "records the accepted drop (`mtrag build --accept-quality-drop`)")
+
+
+GOLDEN_COLUMNS = {"id": "string", "query": "string", "k": "int", "rank": "int", "previous_rank": "int",
+                  "recalled": "bool", "status": "string"}
+
+
+def golden_metadata(record: dict) -> dict:
+    """The golden figures Dagster plots across generations, and the per-query ranks as a table."""
+    rows = [{"id": qid, **q} for qid, q in record["per_query"].items()]
+    return {"golden_recall": dg.MetadataValue.float(float(record["recall"])),
+            "golden_per_query": typed_table(rows, GOLDEN_COLUMNS)}
 
 
 @dg.asset(
@@ -20,13 +40,22 @@ from mtrag_assets.resources import MtragResource
     automation_condition=dg.AutomationCondition.eager(),
     pool="qdrant_writer",  # copies the embedded Qdrant folder for readers
 )
-def index_manifest(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.MaterializeResult:
+def index_manifest(context: dg.AssetExecutionContext, config: IndexManifestConfig,
+                   mtrag: MtragResource) -> dg.MaterializeResult:
     """The published generation N: per source the snapshot digest, chunk-set generation, counts and
     each store's committed marker; the embedder fingerprint; code versions; the run id. Published
     only when every store of every source committed its generation and the gate checks pass, by an
-    atomic rename of CURRENT; otherwise CURRENT stays as it was and this step fails."""
+    atomic rename of CURRENT; otherwise CURRENT stays as it was and this step fails. Where a golden
+    query file exists (MTRAG_GOLDEN), the candidate's golden recall@k must hold too (its
+    quality_gate); each generation's recall and per-query ranks are this asset's metadata."""
     try:
-        result = build_index_manifest(mtrag.settings(), mtrag.specs(), mtrag.embedder(), run_id=context.run.run_id)
+        result = build_index_manifest(mtrag.settings(), mtrag.specs(), mtrag.embedder(), run_id=context.run.run_id,
+                                      multilingual=mtrag.multilingual(), evaluate_golden=evaluate_candidate,
+                                      accept_quality_drop=config.accept_quality_drop)
     except PublishRefused as exc:
         raise dg.Failure(str(exc), metadata={"failing_checks": len(exc.failures)}) from exc
-    return materialize_result(result)
+    except QualityRefused as exc:
+        raise dg.Failure(str(exc), metadata={**golden_metadata(exc.verdict.record),
+                                             "regressed_queries": len(exc.verdict.regressed)}) from exc
+    quality = result.value.get("quality")
+    return materialize_result(result, extra=golden_metadata(quality) if quality else None)

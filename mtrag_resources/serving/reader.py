@@ -20,6 +20,8 @@ from pathlib import Path
 
 
 from mtrag_resources.core.errors import MtragError
+from mtrag_resources.core.scripts import is_cjk_query
+from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings, env
 from mtrag_resources.publish.manifest import load_current
@@ -27,6 +29,7 @@ from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
+from mtrag_resources.publish.golden import load_refusal
 from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
 from mtrag_resources.serving.query_text import preprocess_query
@@ -56,8 +59,12 @@ class ReaderCore:
     """The stateful part of the reader: open stores for the currently published generation."""
 
     def __init__(self, settings: Settings, weights: dict | None = None, max_hops_limit: int = 6,
-                 proposals: bool = True):
+                 proposals: bool = True, manifest_override: dict | None = None):
+        """`manifest_override`: serve this manifest instead of the one CURRENT names. Only the
+        publish step's golden-query gate uses it, to query a candidate generation whose stores
+        are committed before CURRENT moves to it; such a reader never reloads."""
         self.settings = settings
+        self._manifest_override = manifest_override
         self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
         self.max_hops_limit = max_hops_limit
         self.log_proposals = proposals
@@ -73,6 +80,7 @@ class ReaderCore:
         self._neo4j_tried = 0.0
         self._qdrant_copy: str | None = None
         self._embedder = None
+        self._multilingual = None
         # A query's side reads (the query embedding, the graph's markers) run here while its own
         # thread searches FTS and Qdrant: onnxruntime and the Neo4j socket release the GIL.
         self._side_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mtrag-query-side")
@@ -87,6 +95,9 @@ class ReaderCore:
 
     def refresh(self) -> None:
         """Reload when CURRENT moved (one stat per query); waits for the queries in flight."""
+        if self._manifest_override is not None:
+            self._load_override()
+            return
         if self._stamp() == self._loaded_stamp and (self.manifest is not None or self._loaded_stamp is None):
             return
         with self._lock.exclusive():
@@ -97,6 +108,16 @@ class ReaderCore:
             self.manifest = load_current(self.settings.manifest_dir)
             self._loaded_stamp = stamp
             if self.manifest:
+                self._open_stores()
+
+    def _load_override(self) -> None:
+        if self._loaded_stamp == "override":
+            return
+        with self._lock.exclusive():
+            if self._loaded_stamp != "override":
+                self._close_stores()
+                self.manifest = self._manifest_override
+                self._loaded_stamp = "override"
                 self._open_stores()
 
     def _open_stores(self) -> None:
@@ -214,12 +235,40 @@ class ReaderCore:
 
     def status(self) -> dict:
         state = self.gate()
-        return {"generation": state.generation, "sources": state.stores, "stale": state.stale}
+        out = {"generation": state.generation, "sources": state.stores, "stale": state.stale}
+        manifest = self.manifest
+        quality = (manifest or {}).get("quality") if state.generation is not None else None
+        if quality:  # the published generation's golden figures (publish/golden.py)
+            out["quality"] = {k: quality.get(k) for k in ("recall", "recalled", "queries", "baseline",
+                                                           "accepted_drop")}
+        refusal = load_refusal(self.settings.quality_refusal)
+        if refusal and refusal.get("published_generation") == state.generation:
+            out["quality_refused"] = refusal  # the last candidate the golden gate refused, until a publish
+        return out
 
     # ------------------------------------------------------------------ embedder
     def _embed_query(self, text: str):
         t0 = time.perf_counter()
         return self.embedder().encode([text])[0], _ms(t0)
+
+    def _vector_space(self, text: str) -> tuple[bool, list[dict]]:
+        """Does the query's dense channel search the multilingual collections? Yes for a CJK query
+        when the generation has them and the query-side multilingual embedder is the one that
+        embedded them; a mismatch is reported stale and the default embedder serves instead."""
+        published = self.manifest.get("multilingual")
+        if not published or not is_cjk_query(text):
+            return False, []
+        if self._multilingual is None:
+            self._multilingual = MultilingualEmbedder(threads=1)
+        if self._multilingual.fingerprint_id != published.get("fingerprint_id"):
+            return False, [{"source": "*", "store": "qdrant_ml",
+                            "reason": f"the query's multilingual embedder {self._multilingual.fingerprint_id} is not "
+                                      f"the generation's {published.get('fingerprint_id')}"}]
+        return True, []
+
+    def _embed_query_ml(self, text: str):
+        t0 = time.perf_counter()
+        return self._multilingual.encode_query(text), _ms(t0)
 
     def embedder(self):
         from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
@@ -268,20 +317,24 @@ class ReaderCore:
         # joined before the first graph read, so "markers before == markers after" still brackets it.
         graph = self._side_pool.submit(self._graph_markers)
         embedding = None
+        space, space_stale = self._vector_space(text)
         if "dense" in MODES[mode] or mode == "bundles":
-            embedding = self._side_pool.submit(self._embed_query, text)
+            embedding = self._side_pool.submit(self._embed_query_ml if space else self._embed_query, text)
         local = self._local_markers()
         state = self._gate_from(local, "graph markers not read yet")  # qdrant and fts verdicts only
         out["generation"] = state.generation
         sources = self.manifest["sources"]
         kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
         pre = preprocess_query(text)
-        rankings, cosines, dense_kind, qvec = self._recall(text, k, kind, mode, state, kinds, embedding, t)
+        collection_of = collection_kind if space else channels_.same_kind
+        rankings, cosines, dense_kind, qvec = self._recall(text, k, kind, mode, state, kinds, embedding, t,
+                                                           collection_of)
         recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
         stale_f = state.stale_for("fts")
-        hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"))
+        hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"),
+                          collection_of)
         state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
         out["stale"] = list(state.stale)
         self._hydrate_parents(hits, stale_f)
@@ -297,11 +350,14 @@ class ReaderCore:
         if mode == "bundles":
             out["bundles"] = self._bundles(pre, rows, cosines, recalled)
         out["channels"] = {c: {"hits": len(r)} for c, r in rankings.items()}
+        if "dense" in out["channels"]:
+            out["channels"]["dense"]["embedder"] = "multilingual" if space else "default"
+        out["stale"].extend(space_stale)
         out["timings_ms"] = t
         return out
 
     def _recall(self, text: str, k: int, kind: str | None, mode: str, state: gate.GateState, kinds: list[str],
-                embedding, t: dict) -> tuple[dict, dict, dict, object]:
+                embedding, t: dict, collection_of) -> tuple[dict, dict, dict, object]:
         """Each channel's ranking for the query (the dense one with cosines), the collection kind of
         each dense hit, and the query vector (None when no dense channel runs)."""
         sources = self.manifest["sources"]
@@ -323,7 +379,7 @@ class ReaderCore:
         if "dense" in channels and self._qdrant is not None:
             t0 = time.perf_counter()
             dense, dense_kind = channels_.dense(self._qdrant, self._qdrant_lock, qvec, k, kinds, sources,
-                                                stale_q, self._unpublished)
+                                                stale_q, self._unpublished, collection_of)
             dense.sort(key=lambda x: -x[1])
             cosines.update(dict(dense))
             rankings["dense"] = dense
@@ -337,12 +393,12 @@ class ReaderCore:
         return rankings, cosines, dense_kind, qvec
 
     def _fuse(self, rankings: dict, cosines: dict, rows: dict, payloads: dict, recalled: list[str],
-              kinds: list[str], qvec, k: int, stale_q: set[str]) -> list[dict]:
+              kinds: list[str], qvec, k: int, stale_q: set[str], collection_of) -> list[dict]:
         """The channels' rankings fused into the top k hits, each with its true cosine."""
         if qvec is not None and self._qdrant is not None:
             # Exact and lexical candidates get their true cosine by point id: no invented ranks.
             cosines.update(channels_.true_cosines(self._qdrant, self._qdrant_lock, qvec, recalled, cosines, rows,
-                                                  kinds, stale_q))
+                                                  kinds, stale_q, collection_of))
             if "dense" in rankings and "exact" in rankings:
                 exact_cos = {c: cosines[c] for c in rankings["exact"] if c in cosines}
                 rankings["dense"] = merge_exact_into_dense(rankings["dense"][: max(k * 3, 20)], exact_cos)

@@ -41,9 +41,31 @@ def render_paths(result: dict) -> str:
     return "\n".join(out)
 
 
+def _quality_lines(result: dict) -> list[str]:
+    """The published generation's golden recall, and the last candidate the golden gate refused."""
+    out = []
+    q = result.get("quality")
+    if q:
+        out.append(f"  golden recall {q['recall']:.3f} ({q['recalled']}/{q['queries']} queries)")
+        if q.get("accepted_drop"):
+            out.append("  published with an accepted golden-quality drop (--accept-quality-drop): "
+                       + "; ".join(q["accepted_drop"].get("reasons", [])))
+    r = result.get("quality_refused")
+    if r:
+        stays = r.get("published_generation")
+        out.append(f"  REFUSED generation {r['candidate_generation']} by the golden-query gate ({r.get('refused_at', '')}); "
+                   + (f"CURRENT stays at generation {stays}" if stays is not None else "nothing published"))
+        out.extend(f"    {reason}" for reason in r.get("reasons", []))
+        for g in r.get("regressed", []):
+            old = f"rank {g['old_rank']}" if g.get("old_rank") is not None else f"not in top {g['k']}"
+            new = f"rank {g['new_rank']}" if g.get("new_rank") is not None else f"not in top {g['k']}"
+            out.append(f"    {g['id']}: {old} -> {new} (query {g['query']!r})")
+    return out
+
+
 def render_status(result: dict) -> str:
     if result.get("generation") is None:
-        return "no published generation; run `mtrag build`"
+        return "\n".join(["no published generation; run `mtrag build`"] + _quality_lines(result))
     out = [f"published generation {result['generation']}"]
     for sid, stores in result["sources"].items():
         cells = "  ".join(f"{st}={v['state']}@{(v['generation'] or '-')[:8]}" for st, v in stores.items())
@@ -52,4 +74,5 @@ def render_status(result: dict) -> str:
         out.append(f"  STALE {s['source']}/{s['store']}: {s['reason']}")
     if not result["stale"]:
         out.append("  every store matches the manifest")
+    out.extend(_quality_lines(result))
     return "\n".join(out)

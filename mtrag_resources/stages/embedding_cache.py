@@ -5,6 +5,7 @@ from __future__ import annotations
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder
+from mtrag_resources.embedding.multilingual import MultilingualEmbedder
 from mtrag_resources.stores.embedding_cache import EmbeddingCache, embed_missing
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.tables import read_rows
@@ -16,7 +17,13 @@ def child_rows(layout: SourceLayout) -> list[dict]:
     return [r for r in read_rows(layout.chunks) if r["role"] == "child"]
 
 
-def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedder, log=None) -> StageResult:
+def cjk_rows(rows: list[dict]) -> list[dict]:
+    """The child chunks the multilingual embedder embeds as well (script "cjk")."""
+    return [r for r in rows if r.get("script") == "cjk"]
+
+
+def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedder, log=None,
+                          multilingual: MultilingualEmbedder | None = None) -> StageResult:
     layout = SourceLayout(settings, spec.id)
     cas = ContentStore(settings.cas_dir)
     cache = EmbeddingCache(settings.embeddings_dir)
@@ -27,8 +34,17 @@ def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedd
         texts = {h: cas.get_text(h) for h in cache.missing(embedder.fingerprint_id, hashes)}
         stats = embed_missing(cache, embedder, texts, progress=log) if texts else {
             "embedded": 0, "seconds": 0.0, "texts_per_s": 0.0}
+        ml_rows = cjk_rows(rows) if multilingual is not None else []
+        ml_stats = {"embedded": 0}
+        if ml_rows:
+            ml_hashes = sorted({r["content_hash"] for r in ml_rows})
+            ml_texts = {h: cas.get_text(h) for h in cache.missing(multilingual.fingerprint_id, ml_hashes)}
+            if ml_texts:
+                ml_stats = embed_missing(cache, multilingual, ml_texts, progress=log)
     meta.update({
         "children": len(rows),
+        "multilingual_children": len(ml_rows),
+        "multilingual_embedded": ml_stats["embedded"],
         "unique_texts": len(hashes),
         "embedded": stats["embedded"],
         "cache_hits": len(hashes) - stats["embedded"],
@@ -38,4 +54,7 @@ def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedd
         "fingerprint": embedder.fingerprint_id,
         "dim": embedder.fingerprint["dim"],
     })
-    return StageResult(data_version=digest_json([embedder.fingerprint_id, hashes])[:24], metadata=meta)
+    if ml_rows:
+        meta["multilingual_fingerprint"] = multilingual.fingerprint_id
+    version = [embedder.fingerprint_id, hashes] + ([multilingual.fingerprint_id, len(ml_rows)] if ml_rows else [])
+    return StageResult(data_version=digest_json(version)[:24], metadata=meta)

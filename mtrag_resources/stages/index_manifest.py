@@ -1,16 +1,22 @@
 """index_manifest: publish generation N only when every store of every source committed that
-source's chunk-set generation and the gate checks pass; otherwise CURRENT stays as it was."""
+source's chunk-set generation, the gate checks pass and, where a golden query file exists, the
+candidate's golden recall holds (publish/golden.py); otherwise CURRENT stays as it was."""
 from __future__ import annotations
 
 import datetime as dt
 import os
+import time
+from typing import Callable
 
 from mtrag_resources.core.errors import PublishError
 from mtrag_resources.publish import manifest as manifests
 from mtrag_resources.publish.checks import CheckOutcome, check_source
+from mtrag_resources.publish.golden import (GoldenFile, QualityRefused, Verdict, accepted_record, clear_refusal,
+                                            judge, load_golden, record_refusal)
 from mtrag_resources.publish.views import gather_views
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder
+from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stores.tables import read_rows
@@ -44,16 +50,66 @@ def snapshot_qdrant(settings: Settings, number: int) -> str | None:
     return os.path.realpath(link)
 
 
+GoldenEvaluator = Callable[[Settings, GoldenFile, dict], dict]
+
+
+def golden_gate(settings: Settings, golden: GoldenFile | None, evaluate: GoldenEvaluator | None, manifest: dict,
+                previous: dict | None, accept: bool, run_id: str, meta: dict) -> Verdict | None:
+    """Run the golden queries on the candidate `manifest` (its stores are committed, CURRENT has
+    not moved) and hold its recall to the golden file's quality_gate against the published
+    generation's figures; records them as the manifest's `quality`."""
+    if golden is None:
+        return None
+    t0 = time.perf_counter()
+    verdict = judge(golden, evaluate(settings, golden, manifest), previous)
+    meta["golden_seconds"] = round(time.perf_counter() - t0, 4)
+    manifest["quality"] = verdict.record
+    if not verdict.passed:
+        if not accept:
+            refused = QualityRefused(verdict, manifest["generation"], (previous or {}).get("generation"), golden.path)
+            record_refusal(settings.quality_refusal, refused, run_id)
+            raise refused
+        verdict.record["accepted_drop"] = accepted_record(verdict)
+    return verdict
+
+
+def golden_figures(verdict: Verdict) -> dict:
+    """The generation's golden figures as plain metadata (the asset adds the per-query table)."""
+    r = verdict.record
+    out = {"golden_file": r["golden_file"], "golden_recall": float(r["recall"]), "golden_recalled": r["recalled"],
+           "golden_queries": r["queries"], "golden_accepted_drop": bool(r["accepted_drop"])}
+    if r["baseline"]:
+        out.update({"golden_previous_recall": float(r["baseline"]["recall_before"]),
+                    "golden_drop": float(r["baseline"]["drop"])})
+    return out
+
+
 def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: Embedder,
-                         run_id: str = "") -> StageResult:
+                         run_id: str = "", multilingual: MultilingualEmbedder | None = None,
+                         evaluate_golden: GoldenEvaluator | None = None,
+                         accept_quality_drop: bool = False) -> StageResult:
+    """`evaluate_golden(settings, golden, candidate_manifest) -> {query id: rank or None}` runs the
+    golden queries on the candidate (the application passes `serving.golden.evaluate_candidate`:
+    this layer may not import the reader); required where a golden file exists. A candidate the
+    golden gate refuses raises QualityRefused (recorded for `mtrag status`) unless
+    `accept_quality_drop`, which publishes it with the drop recorded in its manifest."""
     previous = manifests.load_current(settings.manifest_dir)
     known = set((previous or {}).get("sources", {}))
     removed = sorted(known - {s.id for s in specs})
     meta: dict = {}
+    golden = load_golden(settings.golden_file)  # a malformed file fails before any store is touched
+    if golden is not None:
+        golden.unknown_sources(s.id for s in specs)
+        if evaluate_golden is None:
+            raise PublishError(f"{golden.path} holds golden queries but this caller passed no evaluator "
+                               "(evaluate_golden); refusing to publish around the quality gate")
     with timed(meta, "seconds"):
         views, extra_markers, locations = gather_views(settings, specs, removed)
+        # The multilingual embedder is recorded (and its vectors checked) only where CJK text is.
+        uses_ml = multilingual is not None and any(views[s.id].qdrant_ml_points for s in specs)
+        ml_id = multilingual.fingerprint_id if uses_ml else None
         outcomes = [o for spec in specs for o in
-                    check_source(settings, spec, views[spec.id], embedder.fingerprint_id, embedder.dim)]
+                    check_source(settings, spec, views[spec.id], embedder.fingerprint_id, embedder.dim, ml_id)]
         failures = [o for o in outcomes if not o.passed]
         if failures:
             raise PublishRefused(failures)
@@ -82,15 +138,23 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
             "run_id": run_id,
             "embedder": {**embedder.fingerprint, "fingerprint_id": embedder.fingerprint_id},
+            **({"multilingual": {**multilingual.fingerprint, "fingerprint_id": ml_id}} if uses_ml else {}),
             "code_versions": CODE_VERSIONS,
             "sources": sources,
             "links": {"generation": links_marker.generation if links_marker else "",
                       "state": links_marker.state if links_marker else "none",
                       "count": len(read_rows(settings.links_table))},
             "stores": {**locations, "qdrant_snapshot": snapshot, "qdrant_collections": {
-                spec.kind: f"mtrag_{spec.kind}" for spec in specs}},
+                k: f"mtrag_{k}" for spec in specs
+                for k in ((spec.kind, collection_kind(spec.kind)) if uses_ml else (spec.kind,))}},
         }
+        verdict = golden_gate(settings, golden, evaluate_golden, manifest, previous, accept_quality_drop, run_id, meta)
         path = manifests.publish(settings.manifest_dir, manifest)
+        clear_refusal(settings.quality_refusal)
+    if verdict is not None:
+        meta.update(golden_figures(verdict))
+    else:
+        meta["golden_file"] = f"none at {settings.golden_file}"
     change = manifests.diff(previous, manifest)
     meta.update({"generation": number, "path": str(path), "sources": len(sources),
                  "added": change["added"], "removed": change["removed"], "changed": change["changed"],

@@ -6,12 +6,13 @@ import numpy as np
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder
+from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
-from mtrag_resources.stages.embedding_cache import child_rows
+from mtrag_resources.stages.embedding_cache import child_rows, cjk_rows
 
 PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",
                   "content_hash", "cas_uri", "repository", "commit", "file_path", "symbol",
@@ -22,23 +23,33 @@ def payload_for(row: dict) -> dict:
     return {k: row[k] for k in PAYLOAD_FIELDS}
 
 
-def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embedder) -> StageResult:
+def _points(cache: EmbeddingCache, fingerprint_id: str, rows: list[dict], source_id: str) -> list[dict]:
+    vectors = cache.lookup(fingerprint_id, sorted({r["content_hash"] for r in rows}))
+    missing = [r["chunk_id"] for r in rows if r["content_hash"] not in vectors]
+    if missing:
+        raise RuntimeError(f"source {source_id!r}: {len(missing)} chunks have no cached vector for "
+                           f"embedder {fingerprint_id}; materialize embedding_cache first")
+    return [{"chunk_id": r["chunk_id"], "vector": np.asarray(vectors[r["content_hash"]]),
+             "payload": payload_for(r)} for r in rows]
+
+
+def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embedder,
+                            multilingual: MultilingualEmbedder | None = None) -> StageResult:
     layout = SourceLayout(settings, spec.id)
     generation = read_state(layout)["generation"]
     meta: dict = {}
     with timed(meta, "seconds"):
         rows = child_rows(layout)
-        vectors = EmbeddingCache(settings.embeddings_dir).lookup(
-            embedder.fingerprint_id, sorted({r["content_hash"] for r in rows}))
-        missing = [r["chunk_id"] for r in rows if r["content_hash"] not in vectors]
-        if missing:
-            raise RuntimeError(f"source {spec.id!r}: {len(missing)} chunks have no cached vector for "
-                               f"embedder {embedder.fingerprint_id}; materialize embedding_cache first")
-        points = [{"chunk_id": r["chunk_id"], "vector": np.asarray(vectors[r["content_hash"]]),
-                   "payload": payload_for(r)} for r in rows]
+        cache = EmbeddingCache(settings.embeddings_dir)
+        points = _points(cache, embedder.fingerprint_id, rows, spec.id)
+        ml_rows = cjk_rows(rows) if multilingual is not None else []
+        # Always written (empty when the source has no CJK text), so a source that loses its CJK
+        # chunks leaves no multilingual points behind.
+        extra = {collection_kind(spec.kind): _points(cache, multilingual.fingerprint_id, ml_rows, spec.id)
+                 if ml_rows else []}
         with open_qdrant(settings) as store:
             store.ensure_collection(spec.kind, embedder.dim)
-            stats = store.write_source(spec.id, spec.kind, generation, points)
+            stats = store.write_source(spec.id, spec.kind, generation, points, extra=extra)
             marker = store.marker(spec.id)
     meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
     meta.update({"collection": f"mtrag_{spec.kind}", "generation": generation,

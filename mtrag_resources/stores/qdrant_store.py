@@ -385,34 +385,77 @@ class QdrantStore:
         return same
 
     def write_source(self, source_id: str, kind: str, generation: str, points: list[dict],
-                     batch_size: int = 256, skip_unchanged: bool = True) -> dict:
-        """Make the source's points in `kind`'s collection exactly `points`, bracketed by the
-        source's marker. Each point is {chunk_id, vector, payload}; source_id, source_kind and
-        chunk_id are set in the payload here."""
+                     batch_size: int = 256, skip_unchanged: bool = True,
+                     extra: dict[str, list[dict]] | None = None) -> dict:
+        """Make the source's points in `kind`'s collection exactly `points` (and, for each
+        collection kind in `extra`, exactly its points there: the multilingual vectors), all under
+        one bracket of the source's marker, so a write that dies in any collection leaves the
+        marker at `begin`. Each point is {chunk_id, vector, payload}; source_id, source_kind (the
+        source's kind) and chunk_id are set in the payload here. A collection of another kind
+        that still holds the source's points (its kind changed) is emptied of them."""
         t0 = time.perf_counter()
+        wanted = {kind: points, **(extra or {})}
+        prepared = {k: self._prepare(source_id, kind, pts) for k, pts in wanted.items()}
+
+        self.begin(source_id, generation)
+        fault_point("qdrant:after_begin")
+        stats = {}
+        for k, rows in prepared.items():
+            stats[k] = self._write_collection(k, source_id, rows, batch_size, skip_unchanged)
+            fault_point(f"qdrant:after_collection:{k}")
+        deleted = sum(st["deleted"] for st in stats.values())
         m = self._models
-        name = collection_name(kind)
+        for other in self.existing_kinds():
+            if other in wanted:
+                continue
+            other_name = collection_name(other)
+            flt = self._source_filter(source_id)
+            n = self.client.count(other_name, count_filter=flt, exact=True).count
+            if n:
+                self.client.delete(other_name, points_selector=m.FilterSelector(filter=flt),
+                                   wait=True)
+                deleted += n
+                self._sync_local(other_name)
+        for k, st in stats.items():
+            if st["has_collection"]:
+                self._sync_local(collection_name(k))  # points durable before the marker says committed
+
+        self.commit(source_id, generation)
+        seconds = time.perf_counter() - t0
+        main = stats[kind]
+        n_points = sum(len(rows) for rows in prepared.values())
+        return {"collection": collection_name(kind), "upserted": main["upserted"], "skipped": main["skipped"],
+                "deleted": deleted, "points": main["points"], "seconds": seconds,
+                "points_per_s": (n_points / seconds) if seconds > 0 else 0.0,
+                **{f"{k}_points": st["points"] for k, st in stats.items() if k != kind},
+                **{f"{k}_upserted": st["upserted"] for k, st in stats.items() if k != kind}}
+
+    @staticmethod
+    def _prepare(source_id: str, source_kind: str, points: list[dict]) -> list[tuple[str, np.ndarray, dict]]:
         prepared: list[tuple[str, np.ndarray, dict]] = []
-        seen: dict[str, str] = {}
+        seen: set[str] = set()
         for p in points:
             chunk_id = p["chunk_id"]
             pid = point_id(chunk_id)
             if pid in seen:
                 raise ValueError(f"chunk id {chunk_id!r} given twice for source {source_id!r}")
-            seen[pid] = chunk_id
+            seen.add(pid)
             payload = dict(p.get("payload") or {})
-            payload.update(source_id=source_id, source_kind=kind, chunk_id=chunk_id)
+            payload.update(source_id=source_id, source_kind=source_kind, chunk_id=chunk_id)
             prepared.append((pid, _unit(p["vector"]), _plain_payload(payload)))
         dims = {v.shape[0] for _, v, _ in prepared}
         if len(dims) > 1:
             raise ValueError(f"points of source {source_id!r} have mixed dims {sorted(dims)}")
+        return prepared
 
-        self.begin(source_id, generation)
-        fault_point("qdrant:after_begin")
+    def _write_collection(self, kind: str, source_id: str, prepared: list[tuple[str, np.ndarray, dict]],
+                          batch_size: int, skip_unchanged: bool) -> dict:
+        """Upsert what changed, delete the source's points that are no longer wanted."""
+        m = self._models
+        name = collection_name(kind)
         if prepared:
-            self.ensure_collection(kind, dims.pop())
+            self.ensure_collection(kind, prepared[0][1].shape[0])
         has_collection = self.collection_dim(kind) is not None
-
         skipped: set[str] = set()
         if prepared and skip_unchanged:
             skipped = self._unchanged(name, prepared, batch_size)
@@ -423,37 +466,18 @@ class QdrantStore:
             self._upsert(name, [m.PointStruct(id=pid, vector=vec.tolist(), payload=payload)
                                 for pid, vec, payload in batch])
             upserted += len(batch)
-
-        deleted = 0
-        total = 0
+        deleted = total = 0
         if has_collection:
+            keep = {pid for pid, _, _ in prepared}
             existing = self._source_point_ids(name, source_id)
-            stale = sorted(existing - set(seen))
-            total = len((existing | set(seen)) - set(stale))
+            stale = sorted(existing - keep)
+            total = len((existing | keep) - set(stale))
             for start in range(0, len(stale), batch_size):
                 ids = stale[start:start + batch_size]
                 self.client.delete(name, points_selector=m.PointIdsList(points=ids), wait=True)
                 deleted += len(ids)
-        # a source whose kind changed leaves nothing behind in its old collection
-        for other in self.existing_kinds():
-            if other == kind:
-                continue
-            other_name = collection_name(other)
-            flt = self._source_filter(source_id)
-            n = self.client.count(other_name, count_filter=flt, exact=True).count
-            if n:
-                self.client.delete(other_name, points_selector=m.FilterSelector(filter=flt),
-                                   wait=True)
-                deleted += n
-                self._sync_local(other_name)
-        if has_collection:
-            self._sync_local(name)  # points durable before the marker says committed
-
-        self.commit(source_id, generation)
-        seconds = time.perf_counter() - t0
-        return {"collection": name, "upserted": upserted, "skipped": len(skipped),
-                "deleted": deleted, "points": total, "seconds": seconds,
-                "points_per_s": (len(prepared) / seconds) if seconds > 0 else 0.0}
+        return {"upserted": upserted, "skipped": len(skipped), "deleted": deleted, "points": total,
+                "has_collection": has_collection}
 
     def delete_source(self, source_id: str) -> int:
         """Remove the source's points from every collection and its marker."""
