@@ -31,6 +31,10 @@ def cmd_build(args) -> int:
         from mtrag_resources.ingest.sources import SourceConfigError
         raise SourceConfigError(f"{settings.sources_file}: unknown source id(s) {unknown} given with --source; "
                                 f"known: {[s.id for s in specs]}")
+    from mtrag_resources.publish.golden import load_golden
+    golden = load_golden(settings.golden_file)  # a malformed golden file fails now, not after the build
+    if golden is not None:
+        golden.unknown_sources(s.id for s in specs)
     if not args.source and not args.force:
         from mtrag_resources.publish.build_state import changed_sources, publish_pending
         from mtrag_resources.embedding.embedder import EmbedderConfig, Embedder, fingerprint_id_of
@@ -41,13 +45,36 @@ def cmd_build(args) -> int:
             return 0
     from mtrag_resources.stores.neo4j_server import launch_local_server
     launch_local_server(settings)  # boots while the first source is chunked and embedded
-    from mtrag_assets.runner import run_build
-    summary = run_build(settings, specs, only=args.source or None, force=args.force)
+    summary = _run_build_or_refusal(settings, specs, args)
     from mtrag_resources.publish.manifest import load_current
     current = load_current(settings.manifest_dir) or {}
     print(f"built {summary['built'] or 'nothing'}; removed {summary['removed'] or 'nothing'}; "
           f"published generation {current.get('generation')} in {time.perf_counter() - t0:.1f} s")
+    quality = current.get("quality") or {}
+    if quality:
+        print(f"golden recall {quality['recall']:.3f} ({quality['recalled']}/{quality['queries']} queries)")
+    if quality.get("accepted_drop"):
+        print("published despite the golden-query gate (--accept-quality-drop, recorded in the manifest): "
+              + "; ".join(quality["accepted_drop"]["reasons"]))
     return 0
+
+
+def _run_build_or_refusal(settings, specs, args) -> dict:
+    """The build; a publish the golden-query gate refused is reported as that refusal (one clear
+    message, exit code 1) rather than as Dagster's step failure around it."""
+    from mtrag_assets.runner import run_build
+    try:
+        return run_build(settings, specs, only=args.source or None, force=args.force,
+                         accept_quality_drop=args.accept_quality_drop)
+    except Exception as exc:  # noqa: BLE001 - re-raised unless it is the gate's refusal
+        from mtrag_resources.publish.golden import QualityRefused
+        cause, seen = exc, set()
+        while cause is not None and not isinstance(cause, QualityRefused) and id(cause) not in seen:
+            seen.add(id(cause))
+            cause = cause.__cause__ or cause.__context__
+        if not isinstance(cause, QualityRefused):
+            raise
+        raise cause from None
 
 
 def _reader(args=None):
@@ -120,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="materialise changed sources through Dagster and publish a generation")
     p.add_argument("--source", action="append", metavar="ID", help="build only this source (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild every source even when nothing changed")
+    p.add_argument("--accept-quality-drop", action="store_true",
+                   help="publish even if the golden-query gate refuses the generation (recorded in the manifest)")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("query", help="query the published generation")

@@ -34,6 +34,15 @@ def sample_table(rows: list[dict], columns: list[str], n: int = 5) -> dg.Metadat
     return dg.MetadataValue.table(records, schema=schema)
 
 
+def typed_table(rows: list[dict], columns: dict[str, str]) -> dg.MetadataValue:
+    """Rows as a Dagster table with typed columns (`columns`: name -> int | float | bool |
+    string), so the UI sorts numbers as numbers; a missing value stays an empty cell."""
+    schema = dg.TableSchema(columns=[dg.TableColumn(c, t) for c, t in columns.items()])
+    records = [dg.TableRecord({c: (r.get(c) if t != "string" or r.get(c) is None else _cell(r.get(c)))
+                               for c, t in columns.items()}) for r in rows]
+    return dg.MetadataValue.table(records, schema=schema)
+
+
 def _cell(value) -> str:
     text = "" if value is None else str(value)
     return text if len(text) <= 120 else text[:117] + "..."

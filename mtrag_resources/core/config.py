@@ -22,6 +22,8 @@ class Variable:
 ENVIRONMENT: dict[str, Variable] = {
     "MTRAG_HOME": Variable("./data", "stage outputs, CAS, stores, manifests, the Dagster instance"),
     "MTRAG_SOURCES": Variable("$MTRAG_HOME/sources.yaml", "the source list"),
+    "MTRAG_GOLDEN": Variable("golden.yaml beside the sources file",
+                             "golden queries the publish gate holds each generation to (no file: no gate)"),
     "DAGSTER_HOME": Variable("$MTRAG_HOME/dagster_home", "Dagster instance used by `mtrag build` and `dagster dev`"),
     "MTRAG_EMBED_MODEL": Variable("all-MiniLM-L6-v2", "any sentence-transformers model name or path"),
     "MTRAG_EMBED_DEVICE": Variable("cpu", "`cuda` for a GPU"),
@@ -70,6 +72,11 @@ class Settings(HomeLayout):
     @property
     def sources_file(self) -> Path:
         return Path(self.sources or env("MTRAG_SOURCES") or self.home / "sources.yaml").resolve()
+
+    @property
+    def golden_file(self) -> Path:
+        """The golden queries (publish/golden.py): MTRAG_GOLDEN, else `golden.yaml` beside the sources file."""
+        return Path(env("MTRAG_GOLDEN") or self.sources_file.parent / "golden.yaml").resolve()
 
     @property
     def dagster_home(self) -> Path:

@@ -79,6 +79,12 @@ class HomeLayout:
         """Embedded mode: the read-only Qdrant copies readers open, one folder per generation."""
         return self.manifest_dir / "qdrant-published"
 
+    @property
+    def quality_refusal(self) -> Path:
+        """Why the golden-query gate refused the last candidate generation (JSON; removed by the
+        next publish); `mtrag status` shows it."""
+        return self.manifest_dir / "quality-refused.json"
+
     def source_lock(self, source_id: str) -> Path:
         return self.locks_dir / f"{source_id}.lock"
 

@@ -231,11 +231,6 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
     regressed: list[dict] = field(default_factory=list)   # [{id, query, k, old_rank, new_rank}]
 
-    def rows(self) -> list[dict]:
-        """One row per query, for tables (Dagster metadata)."""
-        return [{"id": qid, **{k: v for k, v in q.items() if k != "digest"}}
-                for qid, q in self.record["per_query"].items()]
-
 
 def judge(golden: GoldenFile, ranks: dict[str, int | None], published: dict | None) -> Verdict:
     """Hold the candidate's ranks (query id -> rank or None) to the gate, against the published

@@ -1,3 +1,4 @@
 """Answering queries from published generations only: the reader and its channels, fusion, the
-doc -> code bridge, bundles, query text handling, request limits, rendering and HTTP. Imports
+doc -> code bridge, bundles, query text handling, request limits, rendering and HTTP, and the
+golden queries run against a candidate generation before it is published (golden.py). Imports
 `publish` and below; never `stages`."""
