@@ -6,6 +6,9 @@ Query sets
   blanked in the indexed copy, so only the rest of the code can find it.
 - doc_section: a docs section's heading + first sentence -> the code symbols it references with
   :role: markup (recall counts how many of them the code hits recover).
+- bridge: a whole docs section (heading + body, as a maintainer pastes it) -> the answer's
+  doc->code bridge; recall and precision of its symbols against the section's :role: references,
+  and how many sections the reader refused.
 Reports hit@1, recall@10 and MRR@10 for hybrid and each single channel, and latency p50/p95.
 
 Usage: python bench/eval/run.py [--out bench/out/eval.json] [--limit 80]
@@ -79,7 +82,7 @@ def blank_sentences(src: Path, queries: list[dict]) -> None:
         path.write_text(text)
 
 
-def collect_doc_queries(docs: Path, limit: int) -> list[dict]:
+def collect_doc_queries(docs: Path, limit: int, whole: bool = False) -> list[dict]:
     out = []
     for path in sorted(docs.rglob("*.md")):
         sections = re.split(r"^(#{1,4} .+)$", path.read_text(), flags=re.M)
@@ -88,7 +91,8 @@ def collect_doc_queries(docs: Path, limit: int) -> list[dict]:
             prose = [l for l in body.split("\n\n") if l.strip() and not l.lstrip().startswith(("```", ":", ".."))]
             if refs and prose:
                 sentence = first_sentence(prose[0])[:200]
-                out.append({"query": f"{heading.lstrip('# ').strip()}: {sentence}", "gold": refs})
+                query = f"{heading}\n{body.strip()}" if whole else f"{heading.lstrip('# ').strip()}: {sentence}"
+                out.append({"query": query, "gold": refs})
     return out[:limit]
 
 
@@ -117,6 +121,31 @@ def score(reader, qset: list[dict], mode: str, kind: str | None, recall_all: boo
             "p50_ms": round(percentile(lat, 50), 1), "p95_ms": round(percentile(lat, 95), 1)}
 
 
+def score_bridge(reader, qset: list[dict]) -> dict:
+    """Recall and precision of the bridge's symbols against each section's references."""
+    from mtrag_resources.serving.reader import QueryError
+    rec = prec = 0.0
+    refused = answered = entries = 0
+    lat = []
+    for q in qset:
+        t0 = time.perf_counter()
+        try:
+            result = reader.query(q["query"], k=10)
+        except QueryError:
+            refused += 1
+            continue
+        lat.append((time.perf_counter() - t0) * 1000)
+        answered += 1
+        symbols = list(dict.fromkeys(b["symbol"] for b in result["bridge"] if b.get("symbol")))
+        entries += len(symbols)
+        rec += sum(any(gold_match(s, [g]) for s in symbols) for g in q["gold"]) / len(q["gold"])
+        prec += (sum(gold_match(s, q["gold"]) for s in symbols) / len(symbols)) if symbols else 0.0
+    n = max(1, answered)
+    return {"n": len(qset), "refused": refused, "recall": round(rec / n, 3), "precision": round(prec / n, 3),
+            "symbols_per_answer": round(entries / n, 1),
+            "p50_ms": round(percentile(lat, 50), 1) if lat else None, "p95_ms": round(percentile(lat, 95), 1) if lat else None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "bench/out/eval.json"))
@@ -135,6 +164,7 @@ def main() -> None:
     exact, docstring = collect_code_queries(corpus / "src", rng, args.limit)
     blank_sentences(corpus / "src", docstring)
     doc_sections = collect_doc_queries(corpus / "docs", args.limit)
+    whole_sections = collect_doc_queries(corpus / "docs", args.limit, whole=True)
     sources = work / "sources.yaml"
     sources.write_text(f"sources:\n  - {{id: click, kind: code, path: {corpus}, include: ['src/**/*.py']}}\n"
                        f"  - {{id: click-docs, kind: docs, path: {corpus}, include: ['docs/**/*.md']}}\n")
@@ -149,8 +179,14 @@ def main() -> None:
     for name, qset, kind, recall_all in (("exact", exact, "code", False), ("docstring", docstring, "code", False),
                                          ("doc_section", doc_sections, "code", True)):
         results[name] = {mode: score(reader, qset, mode, kind, recall_all) for mode in MODES}
+    results["bridge"] = {"hybrid": score_bridge(reader, whole_sections)}
+    b = results["bridge"]["hybrid"]
+    print(f"bridge over {b['n']} whole sections: recall {b['recall']}, precision {b['precision']}, "
+          f"{b['refused']} refused, {b['symbols_per_answer']} symbols per answer")
     table = ["| query set | mode | n | hit@1 | recall@10 | MRR@10 | p50 ms | p95 ms |", "|---|---|---|---|---|---|---|---|"]
     for name, by_mode in results.items():
+        if name == "bridge":
+            continue
         for mode, r in by_mode.items():
             table.append(f"| {name} | {mode} | {r['n']} | {r['hit@1']} | {r['recall@10']} | {r['mrr@10']} | "
                          f"{r['p50_ms']} | {r['p95_ms']} |")

@@ -12,48 +12,120 @@ from mtrag_resources.serving.query_text import identifiers_in
 from mtrag_resources.stores.contract import LINKS_SOURCE
 
 
-def doc_to_code_bridge(neo, fts, manifest: dict, hits: list[dict], state: GateState) -> tuple[list[dict], list[dict]]:
-    """Doc hits -> MENTIONS / IMPLEMENTS -> code symbols; when a doc hit has no edge, the
-    identifiers in its text resolved through exact aliases (logged as proposals, never
-    written into the live generation). Returns (bridge entries, proposals to log)."""
+# At most this many bridge entries per answer: the first ones are the precise ones (the query's
+# own identifiers, then the best doc hit's verified edges), the tail is what precision pays for.
+BRIDGE_CAP = 12
+# Doc hits whose edges are followed, best first: a lower-ranked doc hit is about something else.
+BRIDGE_DOC_HITS = 3
+CONFIDENCE_ORDER = {"VERIFIED": 0, "INFERRED": 1, "PROPOSED": 2}
+QUERY_TITLE = "(the query)"
+
+
+def doc_to_code_bridge(neo, fts, manifest: dict, hits: list[dict], state: GateState,
+                       query_code: list[dict] | None = None, query_text: str = "") -> tuple[list[dict], list[dict]]:
+    """The doc -> code bridge of an answer, ordered and capped (BRIDGE_CAP): first the code
+    symbols the query itself names (`query_code`: rows the exact channel resolved from the
+    query's identifiers, e.g. a pasted doc section), then for each of the best BRIDGE_DOC_HITS doc
+    hits, in rank order, its MENTIONS / IMPLEMENTS edges (VERIFIED before INFERRED) or, when it has
+    none, the identifiers in its text resolved through exact aliases (PROPOSED; logged as
+    proposals, never written into the live generation). Each entry names the doc hit it came from
+    (`from_chunk_id`, `from_title`, `from_rank`). Returns (entries, proposals to log)."""
+    entries = [_entry(QUERY_TITLE, 0, "", row, "MENTIONS", "VERIFIED",
+                      {"matched_text": row.get("symbol"), "in": "query"}, "query")
+               for row in (query_code or [])]
     doc_hits = [h for h in hits if h["source_kind"] == "docs"]
-    if not doc_hits:
-        return [], []
-    out = []
-    linked: set[str] = set()
-    if neo is not None and not state.is_stale(LINKS_SOURCE, "neo4j"):
-        for b in neo.bridge([h["chunk_id"] for h in doc_hits]):
-            linked.add(b["from_chunk_id"])
-            out.append({"from_chunk_id": b["from_chunk_id"], "symbol": b.get("symbol"),
-                        "file_path": b.get("file_path"), "start_line": b.get("start_line"),
-                        "relation": b.get("relation"), "confidence": b.get("confidence"),
-                        "evidence": b.get("evidence"), "via": "graph"})
-    proposals = []
+    if query_code and query_text:
+        # A query that names code itself is a pasted doc section: only its own passages' edges
+        # (doc hits whose text is inside the query) are about it; other doc hits add noise.
+        doc_hits = [h for h in doc_hits if _inside(h["text"], query_text)]
+    doc_hits = doc_hits[:BRIDGE_DOC_HITS]
+    proposals: list[dict] = []
+    if doc_hits:
+        by_doc: dict[str, list[dict]] = {}
+        if neo is not None and not state.is_stale(LINKS_SOURCE, "neo4j"):
+            for b in neo.bridge([h["chunk_id"] for h in doc_hits]):
+                by_doc.setdefault(b["from_chunk_id"], []).append(b)
+        for h in doc_hits:
+            edges = sorted(by_doc.get(h["chunk_id"], []),
+                           key=lambda b: CONFIDENCE_ORDER.get(b.get("confidence"), 9))
+            for b in edges:
+                entries.append(_entry(h["title"], h["rank"], h["chunk_id"], b, b.get("relation"),
+                                      b.get("confidence"), b.get("evidence"), "graph"))
+            if not edges:
+                found, wanted = _aliases(fts, manifest, h, state)
+                entries.extend(found)
+                proposals.extend(wanted)
+    out, seen = [], set()
+    for e in sorted(entries, key=lambda e: (e["from_rank"], CONFIDENCE_ORDER.get(e["confidence"], 9))):
+        if e["symbol"] and e["symbol"] in seen:
+            continue
+        seen.add(e["symbol"])
+        out.append(e)
+    return out[:BRIDGE_CAP], proposals
+
+
+def resolve_identifier(fts, ident: str, allowed: set[str]) -> str | None:
+    """The one code chunk an identifier written in prose names, or None when it names none or
+    several: an exact alias (written the same way when case alone tells two apart, all chunks of
+    one symbol counting once), else a symbol that ends with the identifier's dotted tail and starts
+    with its package (`click.Context.invoke` is re-exported `click.core.Context.invoke`)."""
+    found = [h for h in fts.exact(ident, k=8) if h["source_id"] in allowed]
+    exact = [h for h in found if h["match"] == "exact"]
+    if len({h["alias"] for h in exact}) > 1:
+        exact = [h for h in exact if h["alias"] == ident] or exact
+    if exact:
+        return _one_symbol(fts, exact)
+    parts = ident.split(".")
+    if len(parts) < 2:
+        return None
+    tail = "." + ".".join(parts[1:]) if len(parts) > 2 else "." + ident
+    near = [h for h in found if h["match"] == "last_part" and (h.get("symbol") or "").endswith(tail)
+            and (len(parts) == 2 or (h.get("symbol") or "").split(".")[0] == parts[0])]
+    return _one_symbol(fts, near) if near else None
+
+
+def _one_symbol(fts, hits: list[dict]) -> str | None:
+    if len(hits) == 1:
+        return hits[0]["chunk_id"]
+    rows = fts.get_chunks([h["chunk_id"] for h in hits])
+    symbols = {r["symbol"] for r in rows.values()}
+    return hits[0]["chunk_id"] if len(symbols) == 1 else None
+
+
+def _inside(passage: str, query: str) -> bool:
+    """Are most of the passage's non-blank lines lines of the query?"""
+    lines = [line.strip() for line in passage.splitlines() if line.strip()]
+    return bool(lines) and sum(line in query for line in lines) >= 0.6 * len(lines)
+
+
+def _entry(title: str, rank: int, chunk_id: str, target: dict, relation, confidence, evidence, via: str) -> dict:
+    return {"from_chunk_id": chunk_id, "from_title": title, "from_rank": rank, "symbol": target.get("symbol"),
+            "file_path": target.get("file_path"), "start_line": target.get("start_line"),
+            "relation": relation, "confidence": confidence, "evidence": evidence, "via": via}
+
+
+def _aliases(fts, manifest: dict, h: dict, state: GateState) -> tuple[list[dict], list[dict]]:
+    """A doc hit without edges: the identifiers in its text that name exactly one code symbol."""
     stale_f = state.stale_for("fts")
     code_sources = {s for s, e in manifest["sources"].items() if e["kind"] == "code"}
-    for h in doc_hits:
-        if h["chunk_id"] in linked:
+    entries, proposals = [], []
+    for ident in identifiers_in(h["text"])[:8]:
+        found = [e for e in fts.exact(ident, k=3)
+                 if e["source_id"] in code_sources and e["source_id"] not in stale_f
+                 and e["match"] == "exact" and e["alias_kind"] in ("symbol", "short_symbol")]
+        if len(found) != 1:
+            continue  # ambiguous or unknown: no guess
+        row = fts.get_chunks([found[0]["chunk_id"]]).get(found[0]["chunk_id"])
+        if not row:
             continue
-        for ident in identifiers_in(h["text"])[:8]:
-            found = [e for e in fts.exact(ident, k=3)
-                     if e["source_id"] in code_sources and e["source_id"] not in stale_f
-                     and e["match"] == "exact" and e["alias_kind"] in ("symbol", "short_symbol")]
-            if len(found) != 1:
-                continue  # ambiguous or unknown: no guess
-            row = fts.get_chunks([found[0]["chunk_id"]]).get(found[0]["chunk_id"])
-            if not row:
-                continue
-            node_ids = json.loads(row["graph_ids"]) if isinstance(row["graph_ids"], str) else (row["graph_ids"] or [])
-            entry = {"from_chunk_id": h["chunk_id"], "symbol": row["symbol"], "file_path": row["file_path"],
-                     "start_line": row["start_line"], "relation": "MENTIONS", "confidence": "PROPOSED",
-                     "evidence": {"matched_text": ident, "file": h["file_path"], "line": h["start_line"]},
-                     "via": "alias"}
-            out.append(entry)
-            if node_ids:
-                proposals.append({"from_chunk_id": h["chunk_id"], "source_id": h["source_id"],
-                                  "node_id": node_ids[0], "symbol": row["symbol"], "matched_text": ident,
-                                  "file_path": h["file_path"], "line": h["start_line"]})
-    return out, proposals
+        node_ids = json.loads(row["graph_ids"]) if isinstance(row["graph_ids"], str) else (row["graph_ids"] or [])
+        entries.append(_entry(h["title"], h["rank"], h["chunk_id"], row, "MENTIONS", "PROPOSED",
+                              {"matched_text": ident, "file": h["file_path"], "line": h["start_line"]}, "alias"))
+        if node_ids:
+            proposals.append({"from_chunk_id": h["chunk_id"], "source_id": h["source_id"],
+                              "node_id": node_ids[0], "symbol": row["symbol"], "matched_text": ident,
+                              "file_path": h["file_path"], "line": h["start_line"]})
+    return entries, proposals
 
 
 def log_proposals(path: Path, proposals: list[dict]) -> None:

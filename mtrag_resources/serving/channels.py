@@ -8,6 +8,12 @@ from typing import Callable
 
 import numpy as np
 
+from mtrag_resources.serving.query_text import identifiers_in
+from mtrag_resources.stores.fts_query import normalize_alias
+
+# Identifiers of a long query (a pasted doc section) looked up one by one in the exact channel.
+MAX_QUERY_IDENTIFIERS = 32
+
 
 def _recall_k(k: int) -> int:
     # Each channel recalls more than k so the fusion has candidates to reorder.
@@ -49,9 +55,35 @@ def dense(store, lock: threading.Lock, qvec, k: int, kinds: list[str], sources: 
 
 
 def exact(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[str]:
-    return [h["chunk_id"] for h in store.exact(text, k=max(k, 20))
-            if h["source_id"] in sources and h["source_id"] not in stale
-            and (kind is None or sources[h["source_id"]]["kind"] == kind)]
+    return [h["chunk_id"] for h in exact_hits(store, text, k, kind, sources, stale)]
+
+
+def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[dict]:
+    """Chunks named exactly by the query, then by each identifier written in it (a pasted doc
+    section names the symbols it is about), in the order the query names them."""
+    hits = store.exact(text, k=max(k, 20))
+    for ident in identifiers_in(text)[:MAX_QUERY_IDENTIFIERS]:
+        if ident != text:
+            # only what the identifier names exactly; a guess on its last part would be noise here
+            hits.extend(h for h in store.exact(ident, k=3) if h["match"] == "exact")
+    out, seen = [], set()
+    for h in hits:
+        if h["chunk_id"] in seen or h["source_id"] not in sources or h["source_id"] in stale:
+            continue
+        if kind is not None and sources[h["source_id"]]["kind"] != kind:
+            continue
+        seen.add(h["chunk_id"])
+        out.append(h)
+    return out
+
+
+def exact_matched(hits: list[dict], text: str) -> bool:
+    """Did the query's own identifier resolve: an alias equal to it, or a symbol ending with it
+    (`Context.invoke` names `click.core.Context.invoke`)?"""
+    norm = normalize_alias(text)
+    return any(h["match"] == "exact" and normalize_alias(h["alias"]) == norm
+               or h["match"] == "last_part" and normalize_alias(h.get("symbol") or "").endswith("." + norm)
+               for h in hits)
 
 
 def true_cosines(store, lock: threading.Lock, qvec, recalled: list[str], known: dict, rows: dict,

@@ -230,3 +230,21 @@ def identifiers_in(text: str) -> list[str]:
             seen.add(name)
             out.append(name)
     return out
+
+
+_WHOLE_IDENT_RE = re.compile(rf"\s*`?(?P<name>{_IDENT}(?:\.{_IDENT})*)(?P<call>\(\s*\))?`?\s*")
+
+
+def is_identifier_query(text: str) -> bool:
+    """Is the whole query one code identifier (`click.core.Context.invoke`, `get_terminal_size`,
+    `MemoryGraph`, `prompt()`)? Plain words are not: "prompt" may be prose."""
+    m = _WHOLE_IDENT_RE.fullmatch(text)
+    return bool(m) and _is_code_like(m.group("name"), bool(m.group("call")))
+
+
+_FENCE_RE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
+
+
+def prose_of(text: str) -> str:
+    """Markdown text without its fenced code blocks (examples use names they are not about)."""
+    return _FENCE_RE.sub("", text)

@@ -32,10 +32,11 @@ from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
 from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
-from mtrag_resources.serving.query_text import preprocess_query
+from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, preprocess_query, prose_of
+from mtrag_resources.serving.channels import MAX_QUERY_IDENTIFIERS
 from mtrag_resources.serving.requests import KINDS, MAX_K, MODES, PATH_RELATIONS, QueryError, validate_text  # noqa: F401  (QueryError: part of the reader's API)
 from mtrag_resources.serving import channels as channels_
-from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals
+from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
 
 # A reader fails fast on an unreachable graph (its channel turns stale) instead of retrying for the
@@ -45,6 +46,10 @@ READER_NEO4J_CONFIG = {"max_transaction_retry_time": 1.0, "connection_timeout": 
 NEO4J_RETRY_S = 5.0
 
 
+# A query whose best three hits are all farther than this (cosine, in the query's vector space) is
+# answered with confidence "low": calibrated on the dev sets (bench/eval), see MIN_TOP_COSINE's note
+# in docs/maintainers.md.
+MIN_TOP_COSINE = {"default": 0.30, "multilingual": 0.855}
 # Reported when a graph write began while a query read the graph: its graph answers were dropped.
 GRAPH_MOVED = {"source": "*", "store": "neo4j", "reason": "a graph write began during the query; graph results left out"}
 
@@ -108,7 +113,14 @@ class ReaderCore:
             self.manifest = load_current(self.settings.manifest_dir)
             self._loaded_stamp = stamp
             if self.manifest:
-                self._open_stores()
+                try:
+                    self._open_stores()
+                except BaseException:
+                    # A store that cannot be opened fails this call; the next one tries again,
+                    # instead of finding a half-open reader until CURRENT moves.
+                    self._close_stores()
+                    self.manifest = self._loaded_stamp = None
+                    raise
 
     def _load_override(self) -> None:
         if self._loaded_stamp == "override":
@@ -308,7 +320,8 @@ class ReaderCore:
     def _query(self, text: str, k: int, kind: str | None, mode: str) -> dict:
         t = {}
         out = {"generation": None, "query": text, "mode": mode, "hits": [], "bridge": [], "paths": [],
-               "bundles": [], "stale": [], "channels": {}}
+               "bundles": [], "stale": [], "channels": {},
+               "exact": {"identifier": is_identifier_query(text), "matched": False}, "confidence": "low"}
         if not self.manifest:
             out["stale"] = list(self._gate_from({}, {}).stale)
             return out
@@ -327,8 +340,8 @@ class ReaderCore:
         kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
         pre = preprocess_query(text)
         collection_of = collection_kind if space else channels_.same_kind
-        rankings, cosines, dense_kind, qvec = self._recall(text, k, kind, mode, state, kinds, embedding, t,
-                                                           collection_of)
+        rankings, cosines, dense_kind, qvec, exact_found = self._recall(text, k, kind, mode, state, kinds,
+                                                                        embedding, t, collection_of)
         recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
@@ -339,7 +352,9 @@ class ReaderCore:
         out["stale"] = list(state.stale)
         self._hydrate_parents(hits, stale_f)
         out["hits"] = hits
-        out["bridge"], proposals = doc_to_code_bridge(self._neo4j, self._fts, self.manifest, hits, state)
+        out["exact"], out["confidence"] = self._honesty(text, hits, exact_found, space)
+        out["bridge"], proposals = doc_to_code_bridge(self._neo4j, self._fts, self.manifest, hits, state,
+                                                      self._query_code(text, state), text)
         if proposals and self.log_proposals:
             log_proposals(self.settings.proposals_log, proposals)
         out["paths"] = self._query_paths(rankings.get("exact", []), rows, state)
@@ -356,10 +371,45 @@ class ReaderCore:
         out["timings_ms"] = t
         return out
 
+    def _query_code(self, text: str, state: gate.GateState) -> list[dict]:
+        """Code rows the query names through identifiers in its prose (inline code, roles, dotted
+        or snake_case names; not the examples in its fenced code blocks), each naming exactly one
+        code chunk: what a pasted doc section is about. An identifier query is answered by its
+        hits, not bridged."""
+        if is_identifier_query(text):
+            return []
+        code = {s for s, e in self.manifest["sources"].items() if e["kind"] == "code"}
+        stale_f = state.stale_for("fts")
+        ids = []
+        for ident in identifiers_in(prose_of(text))[:MAX_QUERY_IDENTIFIERS]:
+            if ident.startswith("__"):
+                continue  # dunder names are protocol, not the subject
+            chunk_id = resolve_identifier(self._fts, ident, code - stale_f)
+            if chunk_id:
+                ids.append(chunk_id)
+        rows = self._fts.get_chunks(ids) if ids else {}
+        return [rows[c] for c in dict.fromkeys(ids) if c in rows]
+
+    def _honesty(self, text: str, hits: list[dict], exact_found: list[dict], multilingual: bool) -> tuple[dict, str]:
+        """Say when nothing answers: an identifier-shaped query with no symbol of that name is
+        `exact.matched: false` and low confidence (a made-up name never looks like a hit); other
+        queries are low confidence when no top hit is as close as a calibrated cosine."""
+        identifier = is_identifier_query(text)
+        if identifier:
+            matched = channels_.exact_matched(exact_found, text)
+            return {"identifier": True, "matched": matched}, "high" if matched else "low"
+        exact = {"identifier": False, "matched": bool(exact_found)}
+        cosines = [h["cosine"] for h in hits[:3] if h.get("cosine") is not None]
+        floor = MIN_TOP_COSINE["multilingual" if multilingual else "default"]
+        if exact_found or (cosines and max(cosines) >= floor):
+            return exact, "normal"
+        return exact, "low"
+
     def _recall(self, text: str, k: int, kind: str | None, mode: str, state: gate.GateState, kinds: list[str],
-                embedding, t: dict, collection_of) -> tuple[dict, dict, dict, object]:
+                embedding, t: dict, collection_of) -> tuple[dict, dict, dict, object, list[dict]]:
         """Each channel's ranking for the query (the dense one with cosines), the collection kind of
-        each dense hit, and the query vector (None when no dense channel runs)."""
+        each dense hit, the query vector (None when no dense channel runs) and the exact matches
+        (looked up for an identifier-shaped query even when the mode has no exact channel)."""
         sources = self.manifest["sources"]
         channels = MODES[mode]
         rankings: dict[str, list[str]] = {}
@@ -386,11 +436,14 @@ class ReaderCore:
             t["dense_ms"] = _ms(t0)
         if fts_hits is not None:
             rankings["fts"] = [h["chunk_id"] for h in fts_hits]
-        if "exact" in channels:
+        exact_found: list[dict] = []
+        if "exact" in channels or is_identifier_query(text):
             t0 = time.perf_counter()
-            rankings["exact"] = channels_.exact(self._fts, text, k, kind, sources, stale_f)
+            exact_found = channels_.exact_hits(self._fts, text, k, kind, sources, stale_f)
+            if "exact" in channels:
+                rankings["exact"] = [h["chunk_id"] for h in exact_found]
             t["exact_ms"] = _ms(t0)
-        return rankings, cosines, dense_kind, qvec
+        return rankings, cosines, dense_kind, qvec, exact_found
 
     def _fuse(self, rankings: dict, cosines: dict, rows: dict, payloads: dict, recalled: list[str],
               kinds: list[str], qvec, k: int, stale_q: set[str], collection_of) -> list[dict]:

@@ -8,14 +8,20 @@ def _first_lines(text: str, n: int = 3, width: int = 110) -> str:
 
 
 def render_query(result: dict) -> str:
-    out = [f"generation {result['generation']}  query: {result['query']!r}  mode: {result.get('mode')}"]
+    out = [f"generation {result['generation']}  query: {result['query'][:200]!r}  mode: {result.get('mode')}"]
+    exact = result.get("exact") or {}
+    if exact.get("identifier") and not exact.get("matched"):
+        out.append(f"  not found: no symbol is named {result['query']!r}; the hits below are only similar")
+    elif result.get("confidence") == "low" and result["hits"]:
+        out.append("  low confidence: no hit is close to the query")
     for h in result["hits"]:
         chans = ", ".join(f"{c}#{v['rank']}" for c, v in h["channels"].items())
         where = f"{h['source_id']}:{h['file_path']}:{h['start_line']}-{h['end_line']}"
         out.append(f"  {h['rank']:>2}. {h['symbol'] or h['title']}  [{where}]  ({chans})")
         out.append(_first_lines(h["text"]))
     for b in result.get("bridge", []):
-        out.append(f"  bridge: {b['from_chunk_id'][:8]} -{b['relation']}/{b['confidence']}-> {b['symbol']} "
+        origin = b.get("from_title") or b["from_chunk_id"][:8]
+        out.append(f"  bridge: {origin} -{b['relation']}/{b['confidence']}-> {b['symbol']} "
                    f"({b['file_path']}:{b['start_line']})")
     for p in result.get("paths", []):
         out.append("  path: " + " -> ".join(n["qualified_name"] or n["name"] for n in p["nodes"]))

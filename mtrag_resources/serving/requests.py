@@ -7,7 +7,9 @@ MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("
          "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
 KINDS = ("code", "docs")
 PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS")
-MAX_QUERY_CHARS = 2000
+# A whole doc section is a valid query (the doc -> code bridge takes one pasted in); the embedders
+# read what fits their window, the exact channel every identifier in it.
+MAX_QUERY_BYTES = 16 * 1024
 MAX_K = 100
 
 
@@ -24,8 +26,9 @@ def validate_text(text, name: str = "query") -> str:
     text = text.strip()
     if not text:
         raise QueryError(f"{name} is empty")
-    if len(text) > MAX_QUERY_CHARS:
-        raise QueryError(f"{name} is {len(text)} characters; the limit is {MAX_QUERY_CHARS}")
+    size = len(text.encode("utf-8"))
+    if size > MAX_QUERY_BYTES:
+        raise QueryError(f"{name} is {size} bytes of UTF-8; the limit is {MAX_QUERY_BYTES} bytes (16 KB)")
     if "\x00" in text:
         raise QueryError(f"{name} contains a NUL character")
     return text
