@@ -8,7 +8,7 @@ from mtrag_resources.stages.index_manifest import PublishRefused, build_index_ma
 
 from mtrag_assets.cross_source_links import cross_source_links
 from mtrag_assets.fts_db import fts_db
-from mtrag_assets.metadata import materialize_result, typed_table
+from mtrag_assets.metadata import frame_table, materialize_result
 from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_PUBLISH
 from mtrag_assets.qdrant_collection import qdrant_collection
 from mtrag_assets.resources import MtragResource
@@ -24,11 +24,21 @@ GOLDEN_COLUMNS = {"id": "string", "query": "string", "k": "int", "rank": "int", 
                   "recalled": "bool", "status": "string"}
 
 
+def golden_frame(record: dict):
+    """The per-query golden report for people: one row per query in the file's order, regressed ones first."""
+    import pandas as pd
+    frame = pd.DataFrame([{"id": qid, **q} for qid, q in record["per_query"].items()],
+                         columns=list(GOLDEN_COLUMNS))
+    for column, kind in GOLDEN_COLUMNS.items():
+        frame[column] = frame[column].astype({"int": "Int64", "bool": "boolean", "string": "string"}[kind])
+    order = frame["status"].fillna("").map(lambda s: 0 if "regress" in s else 1)
+    return frame.assign(_order=order).sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
+
+
 def golden_metadata(record: dict) -> dict:
     """The golden figures Dagster plots across generations, and the per-query ranks as a table."""
-    rows = [{"id": qid, **q} for qid, q in record["per_query"].items()]
     return {"golden_recall": dg.MetadataValue.float(float(record["recall"])),
-            "golden_per_query": typed_table(rows, GOLDEN_COLUMNS)}
+            "golden_per_query": frame_table(golden_frame(record))}
 
 
 @dg.asset(
