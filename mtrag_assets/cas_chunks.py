@@ -25,7 +25,9 @@ def cas_chunks(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.Ma
     parent per file and class (Python via ast; JS/TS, Java, Go, Rust via tree-sitter). Docs:
     heading-aware sections as parents, token-bounded CJK-aware passages as children. Chunk ids come
     from structure (source, path, symbol or heading path), never line numbers; texts live once in
-    the content-addressed store; the chunk table is Parquet. Unchanged files are not re-parsed."""
+    the content-addressed store; the chunk table is Parquet. Unchanged files are not re-parsed.
+    A code child is embedded as its name's words + its source (`embed_hash`); `@overload` stubs
+    fold into their implementation's chunk, other declaration-only code is flagged `declaration`."""
     result = build_cas_chunks(mtrag.settings(), mtrag.spec(context.partition_key))
     for warning in result.metadata.get("warnings", [])[:20]:
         context.log.warning(warning)

@@ -10,6 +10,6 @@ def _schema(row_type, drop=()) -> dg.TableSchema:
                                    if name not in drop])
 
 
-CHUNK_TABLE_SCHEMA = _schema(Chunk, drop=("text",))
+CHUNK_TABLE_SCHEMA = _schema(Chunk, drop=("text", "embed_text"))  # both live in the CAS
 GRAPH_NODE_SCHEMA = _schema(GraphNode)
 GRAPH_RELATION_SCHEMA = _schema(GraphRelation)

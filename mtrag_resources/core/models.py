@@ -16,6 +16,11 @@ def sha256_hex(data: bytes | str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def vector_hash(row: dict) -> str:
+    """The CAS hash of the text a chunk row's vector embeds: `embed_hash`, else `content_hash`."""
+    return row.get("embed_hash") or row["content_hash"]
+
+
 def stable_id(*parts: object) -> str:
     """An id from a structural place (source, path, symbol or heading path, occurrence), never from
     line numbers, so inserting code elsewhere shifts no id. 32 hex chars = 128 bits."""
@@ -49,9 +54,15 @@ class Chunk:
     commit: str = ""
     graph_ids: list[str] = field(default_factory=list)
     script: str = ""         # "cjk": embedded by the multilingual embedder too (core/scripts.py)
+    # Code children: what the embedder reads instead of `text` (ingest/embed_text.py), in the CAS
+    # like `text` and never in a row; `embed_hash` is its sha256 ("": the vector is text's).
+    embed_text: str = ""
+    embed_hash: str = ""
+    declaration: bool = False  # code without an implementation (`@overload`, abstract, Protocol stub)
 
     def finalize(self) -> "Chunk":
         self.content_hash = sha256_hex(self.text)
+        self.embed_hash = sha256_hex(self.embed_text) if self.embed_text else ""
         self.script = script_of(self.text)
         if not self.locator:
             where = f"{self.file_path}:{self.start_line}-{self.end_line}"

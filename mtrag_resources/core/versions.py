@@ -7,11 +7,13 @@ from __future__ import annotations
 # stage and everything downstream as stale, and the generation digest changes.
 CODE_VERSIONS = {
     "raw_source": "1",
-    "cas_chunks": "2",  # 2: chunk rows carry `script` (cjk or empty)
+    "cas_chunks": "3",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
+                        # embedding text), `declaration`; overload stubs fold into their implementation
     "canonical_graph": "1",
-    "embedding_cache": "1",
-    "qdrant_collection": "2",  # 2: the payload names the kind source_kind (was source_type)
-    "fts_db": "1",
+    "embedding_cache": "2",  # 2: code children embed their embedding text (`embed_hash`)
+    "qdrant_collection": "3",  # 2: the payload names the kind source_kind (was source_type); 3: vectors
+                               # by embed_hash, payload `declaration`
+    "fts_db": "2",  # 2: code rows' camelCase identifiers indexed as words too (fts_cjk)
     "neo4j_graph": "1",
     "cross_source_links": "1",
     "index_manifest": "1",

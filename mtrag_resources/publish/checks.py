@@ -8,6 +8,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.core.layout import SourceLayout, read_state
+from mtrag_resources.core.models import vector_hash
 from mtrag_resources.stores.tables import read_rows
 
 CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")
@@ -74,7 +75,7 @@ def check_counts(source_id: str, view: StoreView, rows: list[dict]) -> CheckOutc
 def check_embedder(settings: Settings, source_id: str, view: StoreView, rows: list[dict], fingerprint_id: str,
                    dim: int, ml_fingerprint_id: str | None = None) -> CheckOutcome:
     cache = EmbeddingCache(settings.embeddings_dir)
-    hashes = sorted({r["content_hash"] for r in rows if r["role"] == "child"})
+    hashes = sorted({vector_hash(r) for r in rows if r["role"] == "child"})  # a code child's embedding text
     missing = cache.missing(fingerprint_id, hashes)
     ml_hashes = sorted({r["content_hash"] for r in _cjk_children(rows)}) if ml_fingerprint_id else []
     ml_missing = cache.missing(ml_fingerprint_id, ml_hashes) if ml_hashes else []

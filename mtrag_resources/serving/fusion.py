@@ -14,7 +14,8 @@ Scores here are similarities/fusion scores: higher is better. (The bundle scorer
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+import re
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 #: Default channel weights for `weighted_rrf`.
@@ -115,3 +116,48 @@ def merge_exact_into_dense(
         out.append((doc_id, cos))
     out.extend(missing[i:])
     return out
+
+
+_NAME_SPLIT_RE = re.compile(r"::|[.#]")
+
+
+def _short_name(row: Mapping) -> str:
+    """A function or method chunk's last name part ("" for other chunks and for dunders)."""
+    if row.get("chunk_type") not in ("function", "method"):
+        return ""
+    name = _NAME_SPLIT_RE.split(str(row.get("symbol") or ""))[-1]
+    return "" if name.startswith("__") and name.endswith("__") else name  # dunders implement no one declaration
+
+
+def demote_declarations(
+    fused: list[tuple[str, float, dict[str, dict]]],
+    row_of: Callable[[str], Mapping | None],
+    window: int,
+) -> list[tuple[str, float, dict[str, dict]]]:
+    """Declarations rank below the implementations they declare.
+
+    A declaration-only code chunk (``row["declaration"]``: an abstract method, a Protocol member,
+    a default hook with an empty body, an ``@overload`` stub without its implementation right
+    after it, a ``.pyi`` stub) that the fusion ranked above a non-declaration function or method
+    of the same short name (``Base.send`` above ``HTTPAdapter.send``) gets that implementation
+    right above it: the implementation moves up to the declaration's place, the declaration and
+    what lay between them one place down. Only the first ``window`` entries take part (what the
+    answer shows; nothing leaves or enters them), and each entry keeps its fused score (so scores
+    need not be descending around a moved one). A declaration the exact channel ranked first is
+    left where it is: the query named it. Overload stubs followed by their implementation never
+    get here: cas_chunks folds them into the implementation's chunk."""
+    head = list(fused[:window])
+    rows = [row_of(entry[0]) or {} for entry in head]
+    done: set[str] = set()  # one implementation above a declaration is enough
+    for i in range(len(head)):
+        row = rows[i]
+        name = _short_name(row) if row.get("declaration") else ""
+        if not name or head[i][0] in done or head[i][2].get("exact", {}).get("rank") == 1:
+            continue
+        done.add(head[i][0])
+        impl = next((j for j in range(i + 1, len(head))
+                     if not rows[j].get("declaration") and _short_name(rows[j]) == name), None)
+        if impl is not None:
+            head.insert(i, head.pop(impl))
+            rows.insert(i, rows.pop(impl))
+    return head + list(fused[window:])

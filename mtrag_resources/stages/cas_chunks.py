@@ -1,5 +1,7 @@
 """cas_chunks: parse and chunk every file of a source's snapshot; texts into the CAS, the chunk
-table into Parquet, and the per-file parse facts for canonical_graph.
+table into Parquet, and the per-file parse facts for canonical_graph. A code child's embedding
+text (`ingest/embed_text.py`: its name's words + its source) goes into the CAS beside its text;
+the row carries its hash as `embed_hash`, the key of the child's vector.
 
 Parsing is memoised per file by content hash, so a rebuild after one edit re-parses one file."""
 from __future__ import annotations
@@ -94,12 +96,14 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             for c in files[path]["parsed"]["chunks"]:
                 chunk = Chunk(**c)
                 cas.put_text(chunk.text)
+                if chunk.embed_text:  # the embedder's text of a code child (ingest/embed_text.py)
+                    cas.put_text(chunk.embed_text)
                 chunk.source_id, chunk.source_kind = spec.id, spec.kind
                 chunk.cas_uri = ContentStore.uri(chunk.content_hash)
                 chunk.repository = spec.repository or spec.pip_sdist or inventory.root
                 chunk.commit = inventory.commit
                 row = dataclasses.asdict(chunk)
-                del row["text"]  # texts live once, in the CAS
+                del row["text"], row["embed_text"]  # texts live once, in the CAS
                 rows.append(row)
         _check_unique_ids(spec.id, rows)
         write_rows(layout.chunks, rows)
@@ -113,6 +117,8 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "children": roles.get("child", 0),
         "by_type": dict(Counter(r["chunk_type"] for r in rows)),
         "by_language": dict(Counter(r["language"] for r in rows)),
+        "embedding_texts": sum(bool(r["embed_hash"]) for r in rows),  # code children (ingest/embed_text.py)
+        "declarations": sum(bool(r["declaration"]) for r in rows),    # demoted below implementations
         "files_parsed": reparsed,
         "files_reused": len(files) - reparsed,
         "warnings": warnings[:50],

@@ -43,6 +43,8 @@ def chunk_set_generation(chunk_rows: list[dict]) -> str:
     for r in sorted(chunk_rows, key=lambda r: r["chunk_id"]):
         h.update(f"{r['chunk_id']}\0{r['content_hash']}\0{r['parent_id'] or ''}\0{r['file_path']}\0"
                  f"{r['start_line']}\0{r['end_line']}\n".encode())
+        if r.get("embed_hash"):  # what the vector embeds, when not the text (ingest/embed_text.py)
+            h.update(f"e{r['embed_hash']}\n".encode())
     return h.hexdigest()[:24]
 
 

@@ -1,5 +1,7 @@
-"""embedding_cache: one vector per (embedder fingerprint, content hash) for a source's child
-chunks; only hashes the cache lacks are embedded."""
+"""embedding_cache: one vector per (embedder fingerprint, text hash) for a source's child chunks;
+only hashes the cache lacks are embedded. A code child's vector embeds its embedding text
+(`embed_hash`, ingest/embed_text.py), every other child's its text (`content_hash`); the
+multilingual embedder embeds CJK children's texts by content hash."""
 from __future__ import annotations
 
 from mtrag_resources.stores.cas import ContentStore
@@ -11,6 +13,7 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.core.models import vector_hash
 
 
 def child_rows(layout: SourceLayout) -> list[dict]:
@@ -30,7 +33,7 @@ def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedd
     meta: dict = {}
     with timed(meta, "seconds"):
         rows = child_rows(layout)
-        hashes = sorted({r["content_hash"] for r in rows})
+        hashes = sorted({vector_hash(r) for r in rows})
         texts = {h: cas.get_text(h) for h in cache.missing(embedder.fingerprint_id, hashes)}
         stats = embed_missing(cache, embedder, texts, progress=log) if texts else {
             "embedded": 0, "seconds": 0.0, "texts_per_s": 0.0}

@@ -105,9 +105,13 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                                "(evaluate_golden); refusing to publish around the quality gate")
     with timed(meta, "seconds"):
         views, extra_markers, locations = gather_views(settings, specs, removed)
-        # The multilingual embedder is recorded (and its vectors checked) only where CJK text is.
+        # With a multilingual embedder configured, every CJK child needs its multilingual point and
+        # vector (the gate checks both); the manifest records it only where CJK text is.
+        ml_id = multilingual.fingerprint_id if multilingual is not None else None
+        if multilingual is None:
+            for view in views.values():
+                view.qdrant_ml_points = None  # not built with one: nothing to count
         uses_ml = multilingual is not None and any(views[s.id].qdrant_ml_points for s in specs)
-        ml_id = multilingual.fingerprint_id if uses_ml else None
         outcomes = [o for spec in specs for o in
                     check_source(settings, spec, views[spec.id], embedder.fingerprint_id, embedder.dim, ml_id)]
         failures = [o for o in outcomes if not o.passed]

@@ -12,25 +12,33 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
+from mtrag_resources.core.models import vector_hash
 from mtrag_resources.stages.embedding_cache import child_rows, cjk_rows
 
 PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",
                   "content_hash", "cas_uri", "repository", "commit", "file_path", "symbol",
-                  "start_line", "end_line", "chunk_type", "language", "source_kind")
+                  "start_line", "end_line", "chunk_type", "language", "source_kind", "declaration")
 
 
 def payload_for(row: dict) -> dict:
-    return {k: row[k] for k in PAYLOAD_FIELDS}
+    return {k: row.get(k, False) if k == "declaration" else row[k] for k in PAYLOAD_FIELDS}
 
 
-def _points(cache: EmbeddingCache, fingerprint_id: str, rows: list[dict], source_id: str) -> list[dict]:
-    vectors = cache.lookup(fingerprint_id, sorted({r["content_hash"] for r in rows}))
-    missing = [r["chunk_id"] for r in rows if r["content_hash"] not in vectors]
+def _points(cache: EmbeddingCache, fingerprint_id: str, rows: list[dict], source_id: str,
+            key=vector_hash) -> list[dict]:
+    """One point per row, its vector the cache's for `key(row)`: the embedding text's hash for the
+    default embedder, the content hash for the multilingual one (it embeds the CJK text itself)."""
+    vectors = cache.lookup(fingerprint_id, sorted({key(r) for r in rows}))
+    missing = [r["chunk_id"] for r in rows if key(r) not in vectors]
     if missing:
         raise RuntimeError(f"source {source_id!r}: {len(missing)} chunks have no cached vector for "
                            f"embedder {fingerprint_id}; materialize embedding_cache first")
-    return [{"chunk_id": r["chunk_id"], "vector": np.asarray(vectors[r["content_hash"]]),
+    return [{"chunk_id": r["chunk_id"], "vector": np.asarray(vectors[key(r)]),
              "payload": payload_for(r)} for r in rows]
+
+
+def _content_hash(row: dict) -> str:
+    return row["content_hash"]
 
 
 def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embedder,
@@ -45,7 +53,8 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
         ml_rows = cjk_rows(rows) if multilingual is not None else []
         # Always written (empty when the source has no CJK text), so a source that loses its CJK
         # chunks leaves no multilingual points behind.
-        extra = {collection_kind(spec.kind): _points(cache, multilingual.fingerprint_id, ml_rows, spec.id)
+        extra = {collection_kind(spec.kind): _points(cache, multilingual.fingerprint_id, ml_rows, spec.id,
+                                                     key=_content_hash)
                  if ml_rows else []}
         with open_qdrant(settings) as store:
             store.ensure_collection(spec.kind, embedder.dim)

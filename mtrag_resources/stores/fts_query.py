@@ -13,6 +13,10 @@ Tokenization (one function for documents and queries, so both sides agree)
   Deterministic character bigrams were chosen over jieba words: no dictionary load, no
   segmentation ambiguity between index and query, and `税率` / `内存` / `鉴权中间件` match as
   substrings of longer runs.
+* Code rows: `fts_cjk` also stores, after each column's segments, `case_words_for_index` (the
+  words of its camelCase/acronym identifiers: `getTerminalSize` -> get terminal size), so a
+  query "terminal size" finds `getTerminalSize` as it finds `get_terminal_size`. Queries are
+  not split: the identifier's own pieces are indexed where they were.
 * The `fts_trigram` index stores the raw text (tokenizer `trigram`, case-insensitive), which
   answers substring queries of >= 3 characters: `lookup_ra`, `ShopCart`, `make_pass`, `鉴权中间件`.
 
@@ -46,6 +50,8 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterable
+
+from mtrag_resources.ingest.embed_text import has_case_parts, split_identifier
 
 # Han (ext A, URO, compatibility, ext B..), kana, Hangul syllables.
 _CJK_RANGES = (
@@ -118,6 +124,21 @@ def segment_for_index(text: str | None) -> str:
         pos = m.end()
     if pos < len(text):
         words(text[pos:])
+    return " ".join(out)
+
+
+def case_words_for_index(text: str | None) -> str:
+    """The words of every camelCase or acronym identifier in `text` (`getTerminalSize` ->
+    `get terminal size`, `HTTPServer` -> `http server`), space separated; "" when there is none.
+    Appended to `segment_for_index` for code rows, so "terminal size" finds `getTerminalSize` in
+    `fts_cjk` (snake_case and dotted names are split there already) while the identifier's own
+    pieces stay where they are for the phrase of a query that writes it."""
+    if not text:
+        return ""
+    out: list[str] = []
+    for piece in _SUBWORD_RE.findall(text):
+        if not piece.islower() and has_case_parts(piece):
+            out.extend(split_identifier(piece))
     return " ".join(out)
 
 

@@ -12,7 +12,9 @@ Schema (created when missing; `PRAGMA user_version` = SCHEMA_VERSION)
   the FTS5 'delete' command fed from `chunks` itself, before the chunk rows go, so the index can
   never disagree with its content (`integrity-check` passes).
 * `fts_cjk`: FTS5 (title, summary, text, symbol), `tokenize='unicode61'`, over the same child
-  rowids, storing `fts_query.segment_for_index` of each column (CJK bigrams + words).
+  rowids, storing `fts_query.segment_for_index` of each column (CJK bigrams + words); for code
+  rows (`source_kind = 'code'`) followed by `fts_query.case_words_for_index` (the words of
+  camelCase identifiers: `getTerminalSize` -> get terminal size).
 * `exact_aliases` (alias_norm, alias, alias_kind, chunk_id, source_id), indexed on alias_norm.
 * `markers` (source_id, generation, state, updated_at), `meta` (source_id, generation,
   input_sha256, child_rows, parent_rows, alias_rows, updated_at).
@@ -136,6 +138,14 @@ def _cjk_segment(value: Any) -> str:
     return fts_query.segment_for_index(value if isinstance(value, str) else "")
 
 
+def _code_segment(value: Any) -> str:
+    """A code row's column in `fts_cjk`: `_cjk_segment`, then the words of its camelCase
+    identifiers (`fts_query.case_words_for_index`)."""
+    text = value if isinstance(value, str) else ""
+    extra = fts_query.case_words_for_index(text)
+    return f"{_cjk_segment(text)} {extra}" if extra else _cjk_segment(text)
+
+
 class FtsStore:
     """SQLite FTS5 store at `path`. One connection per (process, thread), opened lazily."""
 
@@ -168,6 +178,7 @@ class FtsStore:
         conn.execute("PRAGMA cache_size = -32768")
         conn.execute("PRAGMA journal_size_limit = 67108864")  # WAL shrinks back after a big write
         conn.create_function("mtrag_cjk_segment", 1, _cjk_segment, deterministic=True)
+        conn.create_function("mtrag_code_segment", 1, _code_segment, deterministic=True)
         return conn
 
     @property
@@ -239,13 +250,16 @@ class FtsStore:
         transaction deletes the source's rows from every table, inserts the new ones (rows
         identical to the stored ones are kept as they are: same result, less FTS work), and sets
         meta and the marker to `committed`. If meta already holds this generation and input
-        sha256 and the marker is committed, nothing is written (`skipped=True`)."""
+        sha256, the marker is committed and the source's row counts are meta's, nothing is
+        written (`skipped=True`)."""
         t0 = time.perf_counter()
         conn = self._conn
         cur = self.meta(source_id)
         mk = self.marker(source_id)
         if (cur and mk and mk.committed and mk.generation == generation
-                and cur["generation"] == generation and cur["input_sha256"] == input_sha256):
+                and cur["generation"] == generation and cur["input_sha256"] == input_sha256
+                # rows lost behind a committed marker (a restored or hand-edited file) are rewritten
+                and self._role_counts(conn, source_id) == (cur["child_rows"], cur["parent_rows"])):
             secs = time.perf_counter() - t0
             return {"source_id": source_id, "generation": generation, "skipped": True,
                     "child_rows": cur["child_rows"], "parent_rows": cur["parent_rows"],
@@ -313,7 +327,14 @@ class FtsStore:
                 "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
                 "SELECT rid, mtrag_cjk_segment(title), mtrag_cjk_segment(summary), "
                 "mtrag_cjk_segment(text), mtrag_cjk_segment(symbol) FROM chunks "
-                "WHERE source_id = ? AND role = 'child' AND rid > ?", (source_id, max_rid))
+                "WHERE source_id = ? AND role = 'child' AND rid > ? AND source_kind != 'code'",
+                (source_id, max_rid))
+            conn.execute(  # code rows: camelCase identifiers' words too ("terminal size" -> getTerminalSize)
+                "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
+                "SELECT rid, mtrag_code_segment(title), mtrag_code_segment(summary), "
+                "mtrag_code_segment(text), mtrag_code_segment(symbol) FROM chunks "
+                "WHERE source_id = ? AND role = 'child' AND rid > ? AND source_kind = 'code'",
+                (source_id, max_rid))
             conn.executemany(
                 "INSERT OR IGNORE INTO exact_aliases(alias_norm, alias, alias_kind, chunk_id, source_id) "
                 "VALUES (?, ?, ?, ?, ?)", alias_records)
@@ -480,16 +501,22 @@ class FtsStore:
         """Chunks whose alias equals `normalize_alias(query)`; for a dotted query without `/`,
         also short_symbol aliases equal to its last part (`match: 'last_part'`, ranked after
         the exact ones; among them, symbols ending with the query first). Returns
-        [{chunk_id, alias_kind, alias, source_id, match}], one entry per chunk."""
+        [{chunk_id, alias_kind, alias, source_id, match}] (last_part entries also carry the chunk's
+        `symbol`), one entry per chunk. Within an alias kind (and a last-part quality), chunks
+        flagged `declaration` (abstract or Protocol stubs) come after the ones that implement."""
         norm = normalize_alias(query)
         if not norm or k <= 0:
             return []
         out: list[dict] = []
         seen: set[str] = set()
         with self._read() as conn:
-            rows = conn.execute("SELECT alias, alias_kind, chunk_id, source_id FROM exact_aliases "
-                                "WHERE alias_norm = ?", (norm,)).fetchall()
-            rows = sorted(rows, key=lambda r: (ALIAS_KIND_RANK.get(r["alias_kind"], 99),
+            # declarations (`@overload`/abstract stubs, cas_chunks' `declaration`) after the code
+            # that implements them, within an alias kind
+            rows = conn.execute("SELECT a.alias, a.alias_kind, a.chunk_id, a.source_id, "
+                                "coalesce(json_extract(c.extra, '$.declaration'), 0) AS decl "
+                                "FROM exact_aliases a LEFT JOIN chunks c ON c.chunk_id = a.chunk_id "
+                                "WHERE a.alias_norm = ?", (norm,)).fetchall()
+            rows = sorted(rows, key=lambda r: (ALIAS_KIND_RANK.get(r["alias_kind"], 99), bool(r["decl"]),
                                                r["source_id"], r["chunk_id"]))
             for r in rows:
                 if r["chunk_id"] not in seen:
@@ -499,7 +526,8 @@ class FtsStore:
             last = short_symbol(norm)
             if last and len(out) < k:
                 cands = conn.execute(
-                    "SELECT a.alias, a.alias_kind, a.chunk_id, a.source_id, c.symbol FROM exact_aliases a "
+                    "SELECT a.alias, a.alias_kind, a.chunk_id, a.source_id, c.symbol, "
+                    "coalesce(json_extract(c.extra, '$.declaration'), 0) AS decl FROM exact_aliases a "
                     "JOIN chunks c ON c.chunk_id = a.chunk_id "
                     "WHERE a.alias_norm = ? AND a.alias_kind = 'short_symbol'", (last,)).fetchall()
                 head = norm.split(".", 1)[0]
@@ -508,14 +536,14 @@ class FtsStore:
                     sym = normalize_alias(r["symbol"])
                     return (0 if sym.endswith("." + norm) else 1,
                             0 if sym.split(".", 1)[0] == head else 1,
-                            sym.count("."), r["chunk_id"])
+                            sym.count("."), bool(r["decl"]), r["chunk_id"])
 
                 for r in sorted(cands, key=quality):
                     if r["chunk_id"] not in seen:
                         seen.add(r["chunk_id"])
                         out.append({"chunk_id": r["chunk_id"], "alias_kind": r["alias_kind"],
                                     "alias": r["alias"], "source_id": r["source_id"],
-                                    "match": "last_part"})
+                                    "match": "last_part", "symbol": r["symbol"]})
         return out[:k]
 
     # ------------------------------------------------------------------ rows

@@ -7,9 +7,11 @@ language gets the same identity rules: ids from (source, path, type, role, symbo
 never from line numbers or content."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import PurePosixPath
 
 from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS, Definition, Extraction
+from mtrag_resources.ingest.embed_text import code_embed_text
 from mtrag_resources.ingest.chunking.windows import line_windows, split_lines
 from mtrag_resources.core.models import (
     Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id,
@@ -98,12 +100,13 @@ class _FileAssembler:
 
     # -- pieces -----------------------------------------------------------------------------
     def chunk(self, chunk_type, role, symbol, occurrence, parent_id, start, end, title, summary,
-              text, graph_ids) -> Chunk:
+              text, graph_ids, embed_text: str = "", declaration: bool = False) -> Chunk:
         return Chunk(
             chunk_id=stable_id(self.source_id, self.file_path, chunk_type, role, symbol, occurrence),
             parent_id=parent_id, role=role, chunk_type=chunk_type, file_path=self.file_path,
             start_line=start, end_line=end, title=title, summary=summary, symbol=symbol,
             language=self.language, text=text, source_id=self.source_id, graph_ids=list(graph_ids),
+            embed_text=embed_text, declaration=declaration,
         ).finalize()
 
     def relation(self, rel_type, src_id, dst_id, chunk: Chunk, evidence_text: str) -> GraphRelation:
@@ -146,9 +149,52 @@ class _FileAssembler:
         module_chunk = self.module_chunk(ex, parsed.warnings)
         if module_chunk:
             parsed.chunks.append(module_chunk)
+        ex = dataclasses.replace(ex, definitions=self.fold_declarations(ex.definitions))
         placed = self.place_definitions(ex.definitions, file_chunk, parsed)
         self.add_facts(ex, placed, module_chunk or file_chunk, parsed)
         return parsed
+
+    def fold_declarations(self, defs: list[Definition]) -> list[Definition]:
+        """Declarations of a name directly followed by its implementation (`@overload` stubs; any
+        language: same name, kind and owner, only blank or comment lines between) fold into the
+        implementation's definition: one chunk and one node whose span starts at the first
+        declaration; the embedding text keeps the implementation's own source. Declarations
+        without an implementation right after them stay as they are (`declaration` chunks)."""
+        out: list[Definition] = []
+        new_index: dict[int, int] = {}
+        i = 0
+        while i < len(defs):
+            j = i
+            while (j + 1 < len(defs) and defs[j].declaration and defs[j + 1].qualname == defs[i].qualname
+                   and defs[j + 1].kind == defs[i].kind and defs[j + 1].owner == defs[i].owner
+                   and self.only_gap(defs[j].end_line, defs[j + 1].start_line)):
+                j += 1
+            impl = defs[j]
+            if j > i and not impl.declaration:
+                run = defs[i:j + 1]
+                calls = {}
+                for d in run:
+                    for call in d.calls:
+                        calls.setdefault(call[0], call)
+                impl = dataclasses.replace(
+                    impl, start_line=defs[i].start_line,
+                    text="".join(self.lines[defs[i].start_line - 1:impl.end_line]),
+                    summary=impl.summary or next((d.summary for d in run if d.summary), ""),
+                    embed_source=impl.text, calls=list(calls.values()))
+            else:
+                j = i
+            for k in range(i, j + 1):
+                new_index[k] = len(out)
+            out.append(impl)
+            i = j + 1
+        if len(out) == len(defs):
+            return defs
+        return [dataclasses.replace(d, owner=new_index[d.owner]) if d.owner is not None else d for d in out]
+
+    def only_gap(self, end_line: int, start_line: int) -> bool:
+        """Only blank and comment lines between two definitions."""
+        return all(not line.strip() or line.lstrip().startswith(("#", "//", "/*", "*"))
+                   for line in self.lines[end_line:start_line - 1])
 
     def place_definitions(self, defs: list[Definition], file_chunk: Chunk,
                           parsed: ParsedFile) -> list[tuple[str, Chunk, Chunk]]:
@@ -171,7 +217,9 @@ class _FileAssembler:
                 parsed.chunks.append(class_parents[index])
                 child_text = d.outline or d.text
             child = self.chunk(d.kind, "child", symbol, occurrence, parent.chunk_id, d.start_line,
-                               d.end_line, d.title, d.summary, child_text, [node_id])
+                               d.end_line, d.title, d.summary, child_text, [node_id],
+                               embed_text=code_embed_text(symbol, self.module_qn, d.embed_source or child_text),
+                               declaration=d.declaration)
             parsed.chunks.append(child)
             parsed.nodes.append(self.node(node_id, d.kind.capitalize(), d.name, symbol, child,
                                           d.start_line, d.end_line))
@@ -245,7 +293,8 @@ class _FileAssembler:
             body = body[: body.rfind("\n", 0, OUTLINE_MAX_CHARS) + 1] + "...\n"
         return self.chunk("module", "child", self.module_qn, 1, self.file_parent_id, kept[0][0],
                           kept[-1][0], f"module {self.module_qn}", ex.module_summary, body,
-                          [self.module_id])
+                          [self.module_id])  # embedded as it is: the module's words would draw
+                                             # queries that name one of its definitions
 
     @property
     def file_parent_id(self) -> str:

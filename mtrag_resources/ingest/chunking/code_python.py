@@ -56,6 +56,26 @@ def _dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
+def _is_declaration(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """No implementation: `@overload`-decorated, or a body of only a docstring, `...`, `pass` and
+    `raise NotImplementedError` (Protocol members, abstract methods, stubs)."""
+    for deco in node.decorator_list:
+        name = _dotted(deco)
+        if name and name.rsplit(".", 1)[-1] == "overload":
+            return True
+    for stmt in node.body:
+        if isinstance(stmt, ast.Pass) or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
+                and (stmt.value.value is Ellipsis or isinstance(stmt.value.value, str)):
+            continue
+        if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+            exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+            name = _dotted(exc)
+            if name and name.rsplit(".", 1)[-1] == "NotImplementedError":
+                continue
+        return False
+    return True
+
+
 class _PythonFile:
     def __init__(self, file_path: str, text: str, module_qn: str, tree: ast.Module):
         self.file_path, self.module_qn, self.tree = file_path, module_qn, tree
@@ -110,6 +130,8 @@ class _PythonFile:
             d.outline = self.outline(node)
             d.bases = [(b, line) for b, line in
                        ((_dotted(base), base.lineno) for base in node.bases) if b]
+        else:
+            d.declaration = _is_declaration(node)
         return d
 
     def title(self, node) -> str:

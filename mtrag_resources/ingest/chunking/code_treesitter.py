@@ -46,6 +46,7 @@ _CONTAINERS = {"program", "source_file", "export_statement", "type_declaration",
                "expression_statement"}
 _FUNCTION_VALUES = {"arrow_function", "function_expression", "function", "generator_function"}
 _COMMENTS = {"comment", "line_comment", "block_comment"}
+_BLOCKS = {"statement_block", "block", "constructor_body"}
 _IDENTIFIERS = {"identifier", "property_identifier", "field_identifier", "type_identifier",
                 "private_property_identifier", "package_identifier", "shorthand_property_identifier"}
 # (receiver field, name field) of member-access nodes, per grammar.
@@ -221,10 +222,23 @@ class _TreeSitterFile:
             text=self.source(self.line_begin(start_node.start_byte), span.end_byte),
             title=self.title(node),
             summary=first_sentence(doc), owner=owner,
+            declaration=kind != "class" and self.bodiless(node),
         ))
         self.nodes.append(node)
         self.spans.append(span)
         return len(self.defs) - 1
+
+    @staticmethod
+    def bodiless(node: Node) -> bool:
+        """A declaration only: no body (an interface or abstract method, a trait signature) or an
+        empty block."""
+        if node.type == "variable_declarator":
+            value = node.child_by_field_name("value")
+            node = value if value is not None else node
+        body = node.child_by_field_name("body")
+        if body is None:
+            return True
+        return body.type in _BLOCKS and all(c.type in _COMMENTS for c in body.named_children)
 
     def line_begin(self, start: int) -> int:
         """Back to the start of the line when only indentation precedes `start`."""

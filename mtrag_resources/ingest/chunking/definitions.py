@@ -28,6 +28,10 @@ class Definition:
     calls: list[tuple[str, int, str]] = field(default_factory=list)  # (callee_expr, line, text)
     bases: list[tuple[str, int]] = field(default_factory=list)       # (base_expr, line)
     class_name: str = ""           # methods whose type lives elsewhere (Go receivers, Rust impls)
+    declaration: bool = False      # no implementation: `@overload`, a body of only `...`/`pass`/
+                                   # a docstring/`raise NotImplementedError`, no body at all
+    embed_source: str = ""         # the source the embedder reads when not the chunk's text: an
+                                   # implementation's own, its folded declarations left out
 
 
 @dataclass
