@@ -86,7 +86,7 @@ def cmd_query(args) -> int:
     reader = _reader()
     result = reader.query(args.text, k=args.k, kind=args.kind, mode=args.mode)
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=1))
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
         from mtrag_resources.serving.render import render_query
         print(render_query(result))
@@ -99,7 +99,7 @@ def cmd_paths(args) -> int:
     result = reader.paths(args.from_name, to_name=args.to, rel_types=rels, direction=args.direction,
                           max_hops=args.max_hops)
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=1))
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
         from mtrag_resources.serving.render import render_paths
         print(render_paths(result))
@@ -109,7 +109,7 @@ def cmd_paths(args) -> int:
 def cmd_status(args) -> int:
     result = _reader().status()
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=1))
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
         from mtrag_resources.serving.render import render_status
         print(render_status(result))
@@ -119,6 +119,13 @@ def cmd_status(args) -> int:
 def cmd_serve(args) -> int:
     from mtrag_resources.serving.http import serve
     serve(_reader(), host=args.host, port=args.port, api_key=_settings().api_key)
+    return 0
+
+
+def cmd_mcp(args) -> int:
+    """MCP over stdio (tools search, paths, status); imports no Dagster (serving/mcp.py)."""
+    from mtrag_resources.serving.mcp import serve_stdio
+    serve_stdio(_reader())
     return 0
 
 
@@ -176,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("mcp", help="MCP server on stdin/stdout for coding agents: tools search, paths, status")
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("neo4j", help="the local Neo4j server (unless NEO4J_URI names another)")
     p.add_argument("action", choices=["start", "stop", "status"])

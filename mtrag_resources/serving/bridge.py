@@ -34,9 +34,9 @@ def doc_to_code_bridge(neo, fts, manifest: dict, hits: list[dict], state: GateSt
                       {"matched_text": row.get("symbol"), "in": "query"}, "query")
                for row in (query_code or [])]
     doc_hits = [h for h in hits if h["source_kind"] == "docs"]
-    if query_code and query_text:
-        # A query that names code itself is a pasted doc section: only its own passages' edges
-        # (doc hits whose text is inside the query) are about it; other doc hits add noise.
+    if query_code and _is_pasted(query_text):
+        # A pasted doc section that names code: only its own passages' edges (doc hits whose text
+        # is inside the query) are about it; other doc hits add noise.
         doc_hits = [h for h in doc_hits if _inside(h["text"], query_text)]
     doc_hits = doc_hits[:BRIDGE_DOC_HITS]
     proposals: list[dict] = []
@@ -90,6 +90,11 @@ def _one_symbol(fts, hits: list[dict]) -> str | None:
     rows = fts.get_chunks([h["chunk_id"] for h in hits])
     symbols = {r["symbol"] for r in rows.values()}
     return hits[0]["chunk_id"] if len(symbols) == 1 else None
+
+
+def _is_pasted(query: str) -> bool:
+    """A query of several lines is a pasted doc section (a question is one line)."""
+    return query.count("\n") >= 2
 
 
 def _inside(passage: str, query: str) -> bool:

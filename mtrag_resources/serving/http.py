@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import json
 import socket
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -48,13 +49,26 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
         def log_message(self, fmt, *args):  # quiet by default; the access log is not our product
             pass
 
-        def _send(self, status: int, body: dict) -> None:
+        def _send(self, status: int, body) -> None:
+            if hasattr(body, "to_dict"):  # the reader's typed results (serving/results.py)
+                body = body.to_dict()
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _fail(self, exc: Exception) -> None:
+            """A failure the request did not cause (a corrupt CURRENT, a store gone): the error's
+            status (500 unless it names another) and its message, not a connection closed without a
+            response; an unexpected one's traceback goes to stderr."""
+            if isinstance(exc, MtragError):
+                return self._send(exc.http_status, {"error": str(exc)})
+            if isinstance(exc, (ConnectionError, TimeoutError)):  # the client left, or stalled past the socket timeout
+                raise exc
+            traceback.print_exc()
+            return self._send(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
 
         def _authorized(self) -> bool:
             if not api_key:
@@ -86,7 +100,11 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             if self.path == "/healthz":
                 return self._send(200, {"ok": True})
             if self.path == "/v1/status":
-                return self._send(200, reader.status())
+                try:
+                    status = reader.status()
+                except Exception as exc:  # noqa: BLE001 - answered with a status, see _fail
+                    return self._fail(exc)
+                return self._send(200, status)
             return self._send(404, {"error": f"no route GET {self.path[:100]}"})
 
         def do_POST(self):
@@ -118,6 +136,8 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
                 return self._send(exc.http_status, {"error": str(exc)})
             except (TypeError, ValueError) as exc:
                 return self._send(400, {"error": f"bad request: {exc}"})
+            except Exception as exc:  # noqa: BLE001 - answered with a status, see _fail
+                return self._fail(exc)
 
     return Handler
 

@@ -8,7 +8,14 @@ allows one process per folder), so a running build never blocks or half-feeds a 
 Queries run concurrently: they share the loaded generation under a readers-writer lock that a
 reload (CURRENT moved) takes alone. Each query reads SQLite inside one snapshot that also holds
 the markers the gate checked, and re-reads the graph markers after using the graph: a graph
-write that began meanwhile drops the graph's answers (reported stale) instead of mixing them."""
+write that began meanwhile drops the graph's answers (reported stale) instead of mixing them.
+
+Results are typed (serving/results.py, re-exported here): `IndexReader.query` returns an `Answer`
+(`hits: list[Hit]`, `bridge: list[BridgeEntry]`, `bundles: list[Bundle]`, `stale: list[Stale]`,
+`exact: Exact`, ...), `paths` a `PathsAnswer`, `status` a `Status`; `.to_dict()` is the JSON of
+`mtrag query --json` exactly, and each is also a read-only Mapping over that dict (the
+compatibility view: `answer["hits"][0]["file_path"]` still works). `ReaderCore` builds and returns
+the plain dicts."""
 from __future__ import annotations
 
 import contextlib
@@ -30,14 +37,16 @@ from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
-from mtrag_resources.serving.bundles import Hit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
-from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
+from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
+from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
 from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, preprocess_query, prose_of
 from mtrag_resources.serving.channels import MAX_QUERY_IDENTIFIERS
 from mtrag_resources.serving.requests import KINDS, MAX_K, MODES, PATH_RELATIONS, QueryError, validate_text  # noqa: F401  (QueryError: part of the reader's API)
 from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
+from mtrag_resources.serving.results import (  # noqa: F401  (the reader's result types, re-exported)
+    Answer, BridgeEntry, Bundle, ChannelCount, ChannelRank, Exact, Hit, Parent, PathsAnswer, Stale, Status, StoreState)
 
 # A reader fails fast on an unreachable graph (its channel turns stale) instead of retrying for the
 # driver's default 30 s per call, and tries to reconnect at most every NEO4J_RETRY_S.
@@ -458,6 +467,7 @@ class ReaderCore:
         if "dense" in rankings:
             rankings["dense"] = [cid for cid, _ in rankings["dense"]]
         fused = weighted_rrf(rankings, {c: self.weights.get(c, 1.0) for c in rankings})
+        fused = demote_declarations(fused, lambda cid: rows.get(cid) or payloads.get(cid), k)
         hits = []
         for cid, score, per_channel in fused:
             row = rows.get(cid) or self._row_from_payload(cid, payloads.get(cid))
@@ -575,7 +585,7 @@ class ReaderCore:
             row = rows.get(cid)
             if row is None or cid not in cosines:
                 continue
-            hits.append(Hit(cid, "chunk", f"{row.get('title', '')} {row.get('text', '')}",
+            hits.append(BundleHit(cid, "chunk", f"{row.get('title', '')} {row.get('text', '')}",
                             distance_from_cosine(cosines[cid])))
         hits = apply_keyword_bonus(hits, pre.keywords)
         best = best_by_id(hits)
@@ -639,20 +649,25 @@ class IndexReader:
             self._core_state = ReaderCore(settings, self.weights, self.max_hops_limit, self.log_proposals)
         return self._core_state
 
-    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> dict:
-        """Top `k` hits for `text` (1 <= k <= 100, at most 2,000 characters) with the bridge, paths
-        and stale channels; raises QueryError for bad input, EmbedderMismatch when the query
-        embedder is not the published generation's."""
-        return self._core().query(text, k=k, kind=kind, mode=mode)
+    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> Answer:
+        """Top `k` hits for `text` (1 <= k <= 100, at most 16 KB of UTF-8) with the bridge, paths
+        and stale channels, as an `Answer` (`.to_dict()`: the JSON of `mtrag query --json`);
+        `kind` `code` | `docs` | None (both), `mode` one of MODES. Raises QueryError for bad
+        input, EmbedderMismatch when the query embedder is not the published generation's."""
+        return Answer.from_dict(self._core().query(text, k=k, kind=kind, mode=mode))
 
     def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
-              direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10) -> dict:
-        """Verified graph paths from a symbol (at most `max_hops_limit` hops)."""
-        return self._core().paths(from_name, to_name, rel_types, direction, max_hops, verified_only, limit)
+              direction: str = "out", max_hops: int = 4, verified_only: bool = True,
+              limit: int = 10) -> PathsAnswer:
+        """Verified graph paths from a symbol (at most `max_hops_limit` hops), as a `PathsAnswer`;
+        raises QueryError for bad input."""
+        return PathsAnswer.from_dict(
+            self._core().paths(from_name, to_name, rel_types, direction, max_hops, verified_only, limit))
 
-    def status(self) -> dict:
-        """The published generation, each store's marker per source, and the stale channels."""
-        return self._core().status()
+    def status(self) -> Status:
+        """The published generation, each store's marker per source, and the stale channels, as a
+        `Status`."""
+        return Status.from_dict(self._core().status())
 
     def close(self) -> None:
         if self._core_state is not None:

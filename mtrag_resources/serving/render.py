@@ -1,5 +1,10 @@
-"""Plain-text views of reader results for the terminal."""
+"""Plain-text views of reader results for the terminal (the typed results of serving/results.py,
+read in their `to_dict()` form, or plain dicts of that shape)."""
 from __future__ import annotations
+
+
+def _as_dict(result) -> dict:
+    return result.to_dict() if hasattr(result, "to_dict") else result
 
 
 def _first_lines(text: str, n: int = 3, width: int = 110) -> str:
@@ -8,6 +13,7 @@ def _first_lines(text: str, n: int = 3, width: int = 110) -> str:
 
 
 def render_query(result: dict) -> str:
+    result = _as_dict(result)
     out = [f"generation {result['generation']}  query: {result['query'][:200]!r}  mode: {result.get('mode')}"]
     exact = result.get("exact") or {}
     if exact.get("identifier") and not exact.get("matched"):
@@ -33,6 +39,7 @@ def render_query(result: dict) -> str:
 
 
 def render_paths(result: dict) -> str:
+    result = _as_dict(result)
     out = [f"generation {result['generation']}  paths from {result['from']!r}" + (f" to {result['to']!r}" if result.get("to") else "")]
     for p in result["paths"]:
         steps = [p["nodes"][0]["qualified_name"]]
@@ -70,6 +77,7 @@ def _quality_lines(result: dict) -> list[str]:
 
 
 def render_status(result: dict) -> str:
+    result = _as_dict(result)
     if result.get("generation") is None:
         return "\n".join(["no published generation; run `mtrag build`"] + _quality_lines(result))
     out = [f"published generation {result['generation']}"]
