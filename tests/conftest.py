@@ -8,7 +8,29 @@ import pytest
 from tests.neo4j_fixture import *  # noqa: F401,F403
 
 REPO = Path(__file__).resolve().parents[1]
-SEEDS = REPO.parent / "shared" / "seeds"
+# Chinese technical articles written for the tests (CJK chunking and search); inside the repository,
+# so a clone needs nothing beside it.
+CJK_DOCS = Path(__file__).resolve().parent / "data" / "cjk"
+
+KINDS = ("unit", "integration")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Fail the collection when a test is not classified: exactly one of `unit` / `integration`
+    (pyproject.toml registers the markers), and `slow` / `neo4j` tests are `integration`. Runs before
+    `-m` deselects anything, so `-m unit` also refuses an unclassified test elsewhere."""
+    bad = []
+    for item in items:
+        kinds = [k for k in KINDS if item.get_closest_marker(k)]
+        heavy = [m for m in ("slow", "neo4j") if item.get_closest_marker(m)]
+        if len(kinds) != 1:
+            bad.append(f"{item.nodeid}: marked {kinds or 'neither unit nor integration'}")
+        elif heavy and kinds != ["integration"]:
+            bad.append(f"{item.nodeid}: {heavy} but not integration")
+    if bad:
+        raise pytest.UsageError("unclassified tests (mark each `unit` or `integration`, see pyproject.toml):\n  "
+                                + "\n  ".join(bad))
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import psutil
 import pytest
 
 from mtrag_assets.definitions import defs
@@ -22,7 +23,8 @@ from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.ingest.sources import load_sources
 from tests.build_helpers import latest_metadata
 
-pytestmark = pytest.mark.neo4j
+# a dagster-daemon launching a process per run and per step: minutes
+pytestmark = [pytest.mark.integration, pytest.mark.neo4j, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
@@ -30,6 +32,10 @@ SOURCES = ["shop", "shop-docs"]
 TIMEOUT = 900  # the whole backfill; each step is a process of its own on a small shared machine
 QUEUE_PASS = "checking tag concurrency limits for queued runs"  # logged by each run-queue pass
 QUEUE_PASSES = 2  # passes the duplicate `shop` run must stay queued through while the first one runs
+# Each run's qdrant_collection step stops itself (SIGSTOP) once its `begin` marker is written, so the
+# first `shop` run is still in flight for as long as the test looks at the queue; then the test lets
+# the stopped steps go on (SIGCONT).
+FAULT = {"MTRAG_FAULT": "qdrant:after_begin", "MTRAG_FAULT_SIGNAL": "STOP"}
 IN_FLIGHT = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 
@@ -99,6 +105,23 @@ class Daemon:
         return text[-chars:] if chars else text
 
 
+def _resume_stopped(daemon: Daemon) -> set[int]:
+    """SIGCONT every process under the daemon that stopped itself at its fault point; their pids."""
+    resumed = set()
+    try:
+        procs = psutil.Process(daemon.proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return resumed
+    for proc in procs:
+        try:
+            if proc.status() == psutil.STATUS_STOPPED:
+                proc.send_signal(signal.SIGCONT)
+                resumed.add(proc.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return resumed
+
+
 def _wait(what: str, daemon: Daemon, predicate, deadline: float):
     while time.monotonic() < deadline:
         daemon.check()
@@ -134,26 +157,29 @@ def test_backfill_of_two_sources_runs_in_parallel_and_publishes(mtrag_env, tmp_p
     assert all(r.status == dg.DagsterRunStatus.QUEUED and r.tags.get("dagster/backfill") for r in queued)
     shop, docs, shop_again = (r.run_id for r in queued)
 
-    daemon = Daemon(env, tmp_path / "daemon.log")
-    deadline = time.monotonic() + TIMEOUT
+    daemon = Daemon({**env, **FAULT}, tmp_path / "daemon.log")
+    deadline = time.monotonic() + TIMEOUT  # only so that a stuck backfill fails instead of hanging
+    resumed: set[int] = set()
     try:
         status = lambda rid: instance.get_run_by_id(rid).status  # noqa: E731
         launched = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.SUCCESS)
         _wait("both sources to be launched", daemon,
               lambda: status(shop) in launched and status(docs) in launched, deadline)
         # One source never builds twice at the same time: passes of the run queue leave the second
-        # `shop` run queued while the first runs (nothing else limits runs here); then it is cancelled.
+        # `shop` run queued while the first runs (nothing else limits runs here; the first cannot
+        # finish, its qdrant step is held at the fault point); then it is cancelled.
         passes_before = daemon.tail(None).count(QUEUE_PASS)
-        held_since = time.monotonic()
         while daemon.tail(None).count(QUEUE_PASS) - passes_before < QUEUE_PASSES:
             daemon.check()
             assert status(shop_again) == dg.DagsterRunStatus.QUEUED, "a second run of `shop` was launched"
-            assert status(shop) in launched[:2], "the first `shop` run ended too soon to tell"
-            assert time.monotonic() - held_since < 120, f"the run queue did not run:\n{daemon.tail()}"
+            assert status(shop) in launched[:2], f"the first `shop` run ended while held:\n{daemon.tail()}"
+            if time.monotonic() > deadline:
+                pytest.fail(f"the run queue did not run:\n{daemon.tail()}")
             time.sleep(0.5)
         assert instance.run_coordinator.cancel_run(shop_again)
 
         def settled():
+            resumed.update(_resume_stopped(daemon))  # each qdrant step, as it reaches its fault point
             runs = instance.get_runs()
             failed = [r for r in runs if r.status == dg.DagsterRunStatus.FAILURE]
             assert not failed, f"failed runs: {[(r.run_id, r.job_name, r.tags) for r in failed]}\n{daemon.tail()}"
@@ -167,6 +193,7 @@ def test_backfill_of_two_sources_runs_in_parallel_and_publishes(mtrag_env, tmp_p
             return manifest
         manifest = _wait("the backfill to be published", daemon, settled, deadline)
     finally:
+        _resume_stopped(daemon)
         _kill_group(daemon.proc)
 
     records = {rec.dagster_run.run_id: rec for rec in instance.get_run_records()}
@@ -180,6 +207,9 @@ def test_backfill_of_two_sources_runs_in_parallel_and_publishes(mtrag_env, tmp_p
     for rid, by_step in steps.items():
         assert {"raw_source", "qdrant_collection", "fts_db", "neo4j_graph", "neo4j_graph_counts_reconcile"} <= set(by_step)
         assert len({pid for _s, _e, pid in by_step.values()}) == len(by_step), "one process per step (multiprocess executor)"
+
+    # What was held at the fault point and let go: the qdrant step of each run, nothing else.
+    assert resumed == {steps[rid]["qdrant_collection"][2] for rid in (shop, docs)}
 
     # The qdrant_writer pool (limit 1) kept the embedded Qdrant writes of the two runs apart.
     assert instance.event_log_storage.get_concurrency_info("qdrant_writer").slot_count == 1

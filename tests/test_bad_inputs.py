@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,12 +23,13 @@ import pytest
 
 from mtrag_assets.cli import build_parser, main
 from mtrag_resources.core.config import Settings
-from mtrag_resources.publish.manifest import current_path, load_current
+from mtrag_resources.publish.manifest import load_current
+from mtrag_resources.core.layout import current_path
 from mtrag_resources.serving import http as mhttp
-from mtrag_resources.serving.http import MAX_BODY_BYTES, make_server
+from mtrag_resources.serving.http import MAX_BODY_BYTES, UnsafeBind, make_server
 from mtrag_resources.serving.reader import IndexReader, QueryError
 from mtrag_resources.ingest.sources import load_sources
-from mtrag_resources.stages.common import SourceLayout
+from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.stores.connect import open_fts, open_neo4j
 from mtrag_resources.stores.tables import read_rows
 from tests.conftest import _point_env_at, _wipe_neo4j
@@ -131,9 +131,7 @@ def hostile(tmp_path_factory, neo4j_uri):
         _point_env_at(mp, paths["home"], paths["sources"], neo4j_uri)
         _wipe_neo4j(neo4j_uri)
         settings = Settings.from_env().ensure()
-        t0 = time.monotonic()
         paths["warnings"] = publish_with_stages(settings)
-        paths["publish_seconds"] = time.monotonic() - t0
         paths["settings"] = settings
         reader = IndexReader(home=str(paths["home"]), log_proposals=False)
         paths["reader"] = reader
@@ -150,6 +148,8 @@ def _inventory(settings: Settings, source_id: str) -> dict:
 
 # ------------------------------------------------------------------------------ hostile files
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_every_bad_file_is_skipped_or_warned_by_name_and_rule(hostile):
     s = hostile["settings"]
     inv = _inventory(s, "shop")
@@ -189,6 +189,8 @@ def test_every_bad_file_is_skipped_or_warned_by_name_and_rule(hostile):
     assert [r["symbol"] for r in by_file[p + "nested.py"] if r["role"] == "child"] == ["shopcart.nested.f"]
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_one_content_at_many_paths_keeps_every_path(hostile):
     s = hostile["settings"]
     rows = [r for r in read_rows(SourceLayout(s, "shop").chunks) if r["file_path"].endswith("/same.py")]
@@ -205,6 +207,8 @@ def test_one_content_at_many_paths_keeps_every_path(hostile):
     assert len({h["file_path"] for h in lexical}) == 12
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_published_generation_serves_the_bad_files_content_safely(hostile):
     reader = hostile["reader"]
     status = reader.status()
@@ -226,20 +230,22 @@ def test_published_generation_serves_the_bad_files_content_safely(hostile):
         reader.query("text\x00more")
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_bridge_proposals_that_cannot_be_logged_do_not_fail_the_query(hostile):
     """A doc hit without a graph edge proposes a link through the alias table and logs it; when the
     log cannot be written (a full disk, a read-only home) the query still answers."""
-    from mtrag_resources.stages.cross_source_links import proposals_path
-    log = proposals_path(hostile["settings"])
+    log = hostile["settings"].proposals_log
     reader = IndexReader(home=str(hostile["home"]), log_proposals=True)
     try:
-        out = reader.query("The helper lookup_rate returns the rate", kind="docs", k=3)
+        # The question names no identifier itself: the bridge comes from the doc hit's text.
+        out = reader.query("The helper returns the rate of a region code", kind="docs", k=3)
         assert any(b["via"] == "alias" and b["symbol"] == "shopcart.tax.lookup_rate" for b in out["bridge"])
         assert "shopcart.tax.lookup_rate" in log.read_text()
         log.unlink()
         log.mkdir()  # now opening the log for writing fails with an OSError
         try:
-            again = reader.query("The helper lookup_rate returns the rate", kind="docs", k=3)
+            again = reader.query("The helper returns the rate of a region code", kind="docs", k=3)
             assert again["bridge"] == out["bridge"]
         finally:
             log.rmdir()
@@ -298,6 +304,7 @@ def _snapshot(s: Settings) -> tuple:
         sorted(p.name for p in (s.home / "locks").glob("*")) if (s.home / "locks").exists() else []
 
 
+@pytest.mark.unit  # config errors stop before any store, model or Dagster instance
 @pytest.mark.parametrize("name,content,expect", SOURCES_ERRORS, ids=[c[0] for c in SOURCES_ERRORS])
 def test_sources_yaml_errors_exit_2_naming_the_entry(name, content, expect, tmp_path, fake_published,
                                                      monkeypatch, capsys):
@@ -320,6 +327,7 @@ def test_sources_yaml_errors_exit_2_naming_the_entry(name, content, expect, tmp_
     assert load_current(fake_published.manifest_dir)["generation"] == 7
 
 
+@pytest.mark.unit  # config errors stop before any store, model or Dagster instance
 def test_cli_process_exit_codes_for_config_errors(tmp_path, fake_published):
     (tmp_path / "corpus" / "shop").mkdir(parents=True)
     sources = tmp_path / "sources.yaml"
@@ -361,6 +369,8 @@ def _graph_counts(settings: Settings) -> dict:
         fts.close()
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_identifiers_and_queries_with_cypher_sql_fts_syntax_are_inert(hostile):
     reader, s = hostile["reader"], hostile["settings"]
     before = _graph_counts(s)
@@ -423,6 +433,8 @@ def _raw(srv, data: bytes, read_timeout: float = 20) -> bytes:
         return b"".join(chunks)
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_http_injection_and_path_traversal(server, hostile):
     for q in HOSTILE_QUERIES:
         code, body = _call(_url(server, "/v1/query"), {"text": q, "k": 3, "mode": "lexical"})
@@ -449,14 +461,16 @@ def test_http_injection_and_path_traversal(server, hostile):
     assert _call(_url(server, "/v1/status"))[1]["stale"] == []
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_http_request_size_limits(server):
     code, body = _call(_url(server, "/v1/query"), raw=b'{"text": "' + b"a" * MAX_BODY_BYTES + b'"}')
     assert code == 400 and str(MAX_BODY_BYTES) in body["error"]
-    # A huge Content-Length is refused from the header alone: the server reads no body and answers at once.
-    t0 = time.monotonic()
+    # A huge Content-Length is refused from the header alone: the server reads no body and answers.
+    # (Waiting for the promised body would end in the socket timeout, which drops the connection
+    # with no answer at all, never with this 400.)
     raw = _raw(server, b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000000\r\n\r\n")
     assert raw.split(b" ", 2)[1] == b"400" and b"the limit is" in raw
-    assert time.monotonic() - t0 < SOCKET_TIMEOUT  # refused before the socket timeout could fire
     for length in (b"-5", b"abc", b"9" * 5000, b"", b"1e3"):
         raw = _raw(server, b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}")
         assert raw.split(b" ", 2)[1] == b"400", (length, raw[:200])
@@ -470,33 +484,53 @@ def test_http_request_size_limits(server):
     assert code == 400
 
 
-def test_stalled_client_does_not_hold_the_server_and_is_dropped(server):
-    """Headers sent, body promised, then silence: other requests are served meanwhile and the
-    stalled connection is closed once the socket timeout (SOCKET_TIMEOUT) passes."""
-    port = server.server_address[1]
-    stalled = socket.create_connection(("127.0.0.1", port), timeout=30)
-    idle = socket.create_connection(("127.0.0.1", port), timeout=30)  # connects, never sends a byte
+def _stall(port: int) -> tuple[socket.socket, socket.socket]:
+    """Two clients that hold a connection: one sent headers and promised a body, one sent nothing."""
+    stalled = socket.create_connection(("127.0.0.1", port), timeout=60)
+    idle = socket.create_connection(("127.0.0.1", port), timeout=60)  # connects, never sends a byte
+    stalled.sendall(b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"text\":")
+    return stalled, idle
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_stalled_client_does_not_hold_the_server_and_is_dropped(server, hostile):
+    """Headers sent, body promised, then silence: other requests are served meanwhile, the stalled
+    connections get no answer while the socket timeout has not passed, and are closed once it has."""
+    # A server whose socket timeout cannot pass during the test: whatever this machine's speed,
+    # both connections must still be open (no answer, no EOF) after the other requests were served.
+    patient = make_server(hostile["reader"], "127.0.0.1", 0, socket_timeout=600)
+    thread = threading.Thread(target=patient.serve_forever, daemon=True)
+    thread.start()
+    stalled, idle = _stall(patient.server_address[1])
     try:
-        stalled.sendall(b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"text\":")
-        t0 = time.monotonic()
-        assert _call(_url(server, "/healthz")) == (200, {"ok": True})
-        code, body = _call(_url(server, "/v1/query"), {"text": "shopcart.tax.lookup_rate", "mode": "exact"})
+        assert _call(_url(patient, "/healthz")) == (200, {"ok": True})
+        code, body = _call(_url(patient, "/v1/query"), {"text": "shopcart.tax.lookup_rate", "mode": "exact"})
         assert code == 200 and body["hits"]
-        served = time.monotonic() - t0
-        if served < SOCKET_TIMEOUT * 0.8:  # both still open (no answer, no EOF) after the others were served
-            for sock in (stalled, idle):
-                sock.setblocking(False)
-                with pytest.raises(BlockingIOError):
-                    sock.recv(1)
         for sock in (stalled, idle):
-            sock.settimeout(30)
-            assert sock.recv(65536) == b""  # then closed by the server, with no answer
-        assert SOCKET_TIMEOUT * 0.9 <= time.monotonic() - t0 < SOCKET_TIMEOUT + 10
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+    finally:
+        stalled.close()
+        idle.close()
+        patient.shutdown()
+        patient.server_close()
+    # The module's server (SOCKET_TIMEOUT) closes such connections, with no answer; recv's own
+    # timeout is only there so that a server that never closes them fails instead of hanging.
+    stalled, idle = _stall(server.server_address[1])
+    try:
+        assert _call(_url(server, "/healthz")) == (200, {"ok": True})
+        for sock in (stalled, idle):
+            sock.settimeout(SOCKET_TIMEOUT + 60)
+            assert sock.recv(65536) == b""  # closed by the server, with no answer
     finally:
         stalled.close()
         idle.close()
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_loopback_default_and_api_key(hostile, monkeypatch):
     reader = hostile["reader"]
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
@@ -506,7 +540,7 @@ def test_loopback_default_and_api_key(hostile, monkeypatch):
     finally:
         srv.server_close()
     for host in ("0.0.0.0", "::", "10.0.0.1", "127.0.0.1.example.com", "localhost.evil"):
-        with pytest.raises(SystemExit, match="MTRAG_API_KEY"):
+        with pytest.raises(UnsafeBind, match="MTRAG_API_KEY"):
             make_server(reader, host, 0)
     calls = []
     real = hmac.compare_digest

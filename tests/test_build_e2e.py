@@ -7,10 +7,12 @@ import dagster as dg
 import pytest
 
 from mtrag_resources.publish.manifest import load_current
-from mtrag_resources.stages.common import SourceLayout
+from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
 from mtrag_resources.stores.tables import read_rows
 from tests.build_helpers import build, latest_metadata, settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
 
 def chunk_rows(source_id: str) -> list[dict]:

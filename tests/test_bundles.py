@@ -14,6 +14,8 @@ from mtrag_resources.serving.bundles import (
     score_bundles,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def seed_graph() -> MemoryGraph:
     """Seed 002 section 6.8: E1 -> F2 -> P1; E2 alone; explicit edge costs."""

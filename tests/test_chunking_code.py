@@ -13,6 +13,8 @@ from mtrag_resources.ingest.chunking.code import (
 )
 from mtrag_resources.ingest.chunking.windows import line_windows
 
+pytestmark = pytest.mark.unit
+
 TAX = dedent('''\
     """Tax tables for the shop."""
     import math

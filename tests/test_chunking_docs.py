@@ -9,10 +9,13 @@ import pytest
 from mtrag_resources.ingest.chunking.docs import FORMAT_BY_SUFFIX, chunk_doc, format_for_path
 from mtrag_resources.ingest.chunking.tokens import estimate_tokens, split_sentences
 from mtrag_resources.core.models import stable_id
+from tests.conftest import CJK_DOCS
 
-# The Chinese seed corpus lives in ../shared/seeds beside the clone (CI lays it out the same way).
-_ROOT = Path(__file__).resolve().parent.parent
-SEEDS = sorted((_ROOT.parent / "shared" / "seeds").glob("*.txt"))
+pytestmark = pytest.mark.unit
+
+# Chinese technical articles of the tests' own (tests/data/cjk): headings, long one-line paragraphs,
+# a sentence longer than 64 tokens, and code identifiers inside Chinese sentences.
+SEEDS = sorted(CJK_DOCS.glob("*.md"))
 
 
 def parents(pf):
@@ -402,7 +405,7 @@ def test_html_headings_text_and_lines():
     assert len(pf.references) == 1  # code inside <pre> is no reference
 
 
-# ---------------------------------------------------------------- Chinese seeds
+# ---------------------------------------------------------------- Chinese documents
 
 _SENT_END = "。！？；．.!?"
 _CLOSE = "\"'”’」』）)]"
@@ -424,7 +427,7 @@ def _sentence_of(text: str, offset: int) -> str:
 
 
 @pytest.mark.parametrize("max_tokens", [256, 64])
-@pytest.mark.parametrize("seed", SEEDS, ids=lambda p: p.name[:3])
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda p: p.stem)
 def test_chinese_seed_boundaries(seed: Path, max_tokens: int):
     text = seed.read_text(encoding="utf-8")
     pf = chunk_doc("seeds", seed.name, text, "text", max_tokens=max_tokens)
@@ -448,12 +451,49 @@ def test_chinese_seed_boundaries(seed: Path, max_tokens: int):
         # Mid-paragraph ends fall on sentence punctuation unless that sentence alone overflows.
         if kid.text.rstrip(_CLOSE)[-1:] not in _SENT_END:
             assert estimate_tokens(_sentence_of(text, end - 1)) > max_tokens
-    for ident in ("best_by_id", "edge_hit_map"):
+    for ident in IDENTIFIERS:
         assert text.count(ident) == sum(k.text.count(ident) for k in kids)
-    if "002_" in seed.name:
+    if seed.name == "vector_search.md":
         assert text.count("best_by_id") > 0 and text.count("edge_hit_map") > 0
 
 
+IDENTIFIERS = ("best_by_id", "edge_hit_map", "lookup_rate", "apply_tax", "ShopCart", "write_source")
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda p: p.stem)
+def test_chinese_markdown_headings_and_passages(seed: Path):
+    """The same documents as Markdown: one parent per heading, named by its Chinese heading path,
+    and passages that keep every character of the body within the token bound."""
+    text = seed.read_text(encoding="utf-8")
+    pf = chunk_doc("docs", seed.name, text, "markdown", max_tokens=64)
+    headings = [(i, ln.lstrip("#").strip(), ln.count("#", 0, ln.index(" "))) for i, ln in
+                enumerate(text.splitlines(), 1) if ln.startswith("#")]
+    top = headings[0][1]
+    assert [(c.start_line, c.title) for c in parents(pf)] == [(i, h) for i, h, _ in headings]
+    assert [c.symbol for c in parents(pf)] == [top] + [f"{top} > {h}" for _, h, level in headings[1:]]
+    norm = lambda s: re.sub(r"\s+", "", s)  # noqa: E731
+    assert norm("".join(k.text for k in children(pf))) == norm(text)  # a section's first passage has its heading
+    assert all(estimate_tokens(k.text) <= 64 for k in children(pf))
+    by_id = {c.chunk_id: c for c in pf.chunks}
+    for kid in children(pf):
+        owner = by_id[kid.parent_id]
+        assert owner.start_line <= kid.start_line <= kid.end_line <= owner.end_line
+        assert kid.symbol == owner.symbol
+
+
 def test_seed_corpus_is_present():
-    # The seed tests above are parametrised over these files; an empty set must fail, not skip.
-    assert len(SEEDS) >= 4, f"no seed corpus under {_ROOT.parent / 'shared' / 'seeds'}"
+    # The tests above are parametrised over these files; an empty set must fail, not skip.
+    assert len(SEEDS) >= 3, f"no Chinese documents under {CJK_DOCS}"
+    texts = {p.name: p.read_text(encoding="utf-8") for p in SEEDS}
+    paragraphs = [para for t in texts.values() for para in t.split("\n\n")]
+    sentences = [s for para in paragraphs for s in split_sentences(para)]
+    # What the boundary test needs to meet: a paragraph split at sentence ends even at 256 tokens,
+    # a sentence split inside itself at 64, and every identifier it watches.
+    assert max(map(estimate_tokens, paragraphs)) > 256
+    assert max(map(estimate_tokens, sentences)) > 64
+    assert all(any(ident in t for t in texts.values()) for ident in IDENTIFIERS)
+    assert all(sum(map(fts_cjk_chars, t)) > 300 for t in texts.values())  # Chinese, not English
+
+
+def fts_cjk_chars(ch: str) -> int:
+    return int("\u4e00" <= ch <= "\u9fff")

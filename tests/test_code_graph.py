@@ -13,6 +13,8 @@ import pytest
 from mtrag_resources.ingest.chunking.code import LANGUAGE_BY_SUFFIX, chunk_code
 from mtrag_resources.ingest.code_graph import resolve_code_graph
 
+pytestmark = pytest.mark.unit
+
 SHOPCART = {
     "src/shopcart/__init__.py": '''\
         """Shopcart."""

@@ -45,6 +45,7 @@ def corpus(n: int) -> dict[str, str]:
     return {h(t): t for t in texts}
 
 
+@pytest.mark.unit
 def test_second_call_embeds_nothing_and_a_change_embeds_one(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     emb = CountingEmbedder()
@@ -71,6 +72,7 @@ def test_second_call_embeds_nothing_and_a_change_embeds_one(tmp_path: Path) -> N
         assert got[k].dtype == np.float32
 
 
+@pytest.mark.unit
 def test_missing_lookup_count_on_empty_cache(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     assert cache.lookup(FP, ["a"]) == {}
@@ -79,6 +81,7 @@ def test_missing_lookup_count_on_empty_cache(tmp_path: Path) -> None:
     assert cache.add(FP, {}) is None
 
 
+@pytest.mark.unit
 def test_lookup_with_weird_strings_is_safe(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     weird = ["it's", 'say "hi"', "'); DROP TABLE x; --", "back\\slash", "ünïcödé 内存", "%_*", ""]
@@ -90,6 +93,7 @@ def test_lookup_with_weird_strings_is_safe(tmp_path: Path) -> None:
         np.testing.assert_allclose(got[w], fake_vector(w))
 
 
+@pytest.mark.unit
 def test_shards_are_separate_and_compact_dedupes(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     cache.add(FP, {"a": fake_vector("a"), "b": fake_vector("b")})
@@ -103,6 +107,7 @@ def test_shards_are_separate_and_compact_dedupes(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / FP).iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.unit
 def test_fingerprints_do_not_mix(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     cache.add(FP, {"a": fake_vector("a")})
@@ -118,6 +123,7 @@ def _writer(root: str, worker: int, n_shards: int, per_shard: int) -> None:
         cache.add(FP, {k: fake_vector(k) for k in keys})
 
 
+@pytest.mark.unit
 def test_two_processes_adding_shards_concurrently(tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 10, 100)) for w in range(2)]
@@ -137,15 +143,20 @@ def test_two_processes_adding_shards_concurrently(tmp_path: Path) -> None:
     np.testing.assert_allclose(got["w1-s9-99"], fake_vector("w1-s9-99"))
 
 
+@pytest.mark.integration  # the real embedding model
 def test_real_embedder_no_change_run_does_not_load_the_model(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     texts = {h(t): t for t in ["def add(a, b): return a + b", "Click creates CLIs.", "x"]}
     first = Embedder(EmbedderConfig())
     stats = embed_missing(cache, first, texts)
-    assert stats["embedded"] == 3 and stats["texts_per_s"] > 0
+    assert stats["embedded"] == 3 and stats["cache_hits"] == 0
+    stored = cache.lookup(first.fingerprint_id, list(texts))
+    expected = first.encode(list(texts.values()))
+    assert sorted(stored) == sorted(texts)  # one vector per text, under its content hash: the model's vector
+    np.testing.assert_allclose(np.stack([stored[k] for k in texts]), expected, atol=1e-5)
     second = Embedder(EmbedderConfig())
     stats = embed_missing(cache, second, texts)
     assert stats["embedded"] == 0 and stats["cache_hits"] == 3
     assert not second.loaded
     vecs = cache.lookup(second.fingerprint_id, list(texts))
-    assert all(v.shape == (384,) for v in vecs.values())
+    assert sorted(vecs) == sorted(texts) and all(v.shape == (384,) for v in vecs.values())

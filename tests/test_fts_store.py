@@ -25,6 +25,9 @@ from mtrag_resources.stores.fts_query import (
 )
 from mtrag_resources.stores.fts_store import FtsStore
 from mtrag_resources.stores.contract import BEGIN, COMMITTED
+from tests.conftest import CJK_DOCS
+
+pytestmark = pytest.mark.unit  # SQLite files in tmp_path, a reader process: no service, no model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,6 +109,28 @@ def test_long_chinese_sentence_falls_back_to_bigram_coverage(store):
     assert hits and hits[0]["chunk_id"] == "c_tax" and hits[0]["match"] == "any"
 
 
+def test_chinese_articles_are_found_by_their_own_words(tmp_path):
+    """The Chinese articles of tests/data/cjk, one row per paragraph: two-character words, longer
+    phrases and identifiers inside Chinese sentences find exactly the paragraphs holding them."""
+    rows, texts = [], {}
+    for doc in sorted(CJK_DOCS.glob("*.md")):
+        paragraphs = [p for p in doc.read_text(encoding="utf-8").split("\n\n") if not p.startswith("#")]
+        for i, para in enumerate(paragraphs):
+            texts[f"{doc.stem}-{i}"] = para
+            rows.append(row(f"{doc.stem}-{i}", para, source_kind="docs", chunk_type="section",
+                            file_path=doc.name, parent_id=None))
+    s = FtsStore(tmp_path / "zh.sqlite")
+    try:
+        s.write_source("zh", "g", "h", rows, [])
+        for q in ("税率", "二元组", "标记", "原子地移动", "倒排索引", "余弦相似度", "best_by_id", "lookup_rate"):
+            holders = {cid for cid, text in texts.items() if q in text}
+            hits = s.search(q, k=50)
+            assert holders and {h["chunk_id"] for h in hits} == holders, q
+            assert all(h["match"] == "all" for h in hits), q
+    finally:
+        s.close()
+
+
 @pytest.mark.parametrize("q,expect", [("lookup_ra", "c_tax"), ("ShopCart", "c_cart"),
                                       ("shopcart", "c_cart"), ("make_pass", "c_pass"),
                                       ("opCar", "c_cart"), ("token_hex", "c_pass")])
@@ -154,17 +179,32 @@ def test_empty_or_punctuation_query_returns_nothing(store, q):
     assert store.search(q) == []
 
 
-NASTY = ['"', '""', 'ShopCart"', '"ShopCart', 'a\\b', "\\", "ShopCart OR", "OR", "AND", "NOT",
-         "NEAR", "NEAR(ShopCart total)", "ShopCart*", "*ShopCart", "(ShopCart", "ShopCart)",
-         "{title symbol}: ShopCart", "title:ShopCart", "^ShopCart", "-ShopCart", "ShopCart -total",
-         "ShopCart + total", "'; DROP TABLE chunks; --", "x\x00y", "税率\"", "\"内存\" OR \"鉴权\"",
-         "ShopCart NOT total", "a OR b", "shop.cart.ShopCart()", "`ShopCart`", "ShopCart\ud800"]
+# (query, the search hits (chunk id, match stage), the exact-alias hits) on the `store` corpus.
+# Operator characters are separators and operator words are words: a query finds the rows holding
+# its words, in the strict stage when one row holds them all, else ranked by coverage ("any").
+# The corpus holds no "or", "and", "not", "near", "drop", "table" or "chunks": queries made only
+# of those, or only of operator characters, find nothing.
+CART_ALL, CART_ANY = [("c_cart", "all")], [("c_cart", "any")]
+NASTY = [
+    ('"', [], []), ('""', [], []), ('ShopCart"', CART_ALL, ["c_cart"]), ('"ShopCart', CART_ALL, ["c_cart"]),
+    ("a\\b", [], []), ("\\", [], []), ("ShopCart OR", CART_ANY, []), ("OR", [], []), ("AND", [], []),
+    ("NOT", [], []), ("NEAR", [], []), ("NEAR(ShopCart total)", CART_ANY, []), ("ShopCart*", CART_ALL, []),
+    ("*ShopCart", CART_ALL, []), ("(ShopCart", CART_ALL, []), ("ShopCart)", CART_ALL, []),
+    ("{title symbol}: ShopCart", CART_ANY, []), ("title:ShopCart", CART_ANY, []), ("^ShopCart", CART_ALL, []),
+    ("-ShopCart", CART_ALL, []), ("ShopCart -total", CART_ALL, []), ("ShopCart + total", CART_ALL, []),
+    ("'; DROP TABLE chunks; --", [], []), ("x\x00y", [], []), ("税率\"", [("c_tax", "all")], []),
+    ("\"内存\" OR \"鉴权\"", [("d_mem", "any"), ("d_auth", "any")], []), ("ShopCart NOT total", CART_ANY, []),
+    ("a OR b", [], []), ("shop.cart.ShopCart()", CART_ALL, ["c_cart"]), ("`ShopCart`", CART_ALL, ["c_cart"]),
+    ("ShopCart\ud800", CART_ALL, ["c_cart"]),
+]
 
 
-@pytest.mark.parametrize("q", NASTY)
-def test_operator_characters_never_raise(store, q):
-    store.search(q)                 # must not raise
-    store.exact(q)
+@pytest.mark.parametrize("q,found,exact", NASTY, ids=[repr(q) for q, _, _ in NASTY])
+def test_operator_characters_are_separators_and_operator_words_are_words(store, q, found, exact):
+    before = store.counts("shop")
+    assert [(h["chunk_id"], h["match"]) for h in store.search(q)] == found
+    assert ids(store.exact(q)) == exact
+    assert store.counts("shop") == before  # nothing a query says is executed
 
 
 def test_operators_are_literal_words(tmp_path):
@@ -174,7 +214,12 @@ def test_operators_are_literal_words(tmp_path):
         row("alpha_only", "alpha alone here"),
         row("gamma_only", "gamma alone here"),
         row("star", "alphabet soup"),
+        row("words", "stand near and not far"),
     ], [])
+    # an operator word alone is a word like any other: it finds the rows that hold it, and nothing else
+    assert ids(s.search("OR")) == ["both"]
+    assert ids(s.search("NEAR")) == ids(s.search("AND NOT")) == ["words"]
+    assert s.search('"*()^-+{}:') == [] and s.search("OR AND NOT NEAR")[0]["match"] == "any"
     # OR is a word that must be present, not a disjunction
     assert ids(s.search("alpha OR gamma")) == ["both"]
     # NOT does not exclude; it is a required (absent) word, then OR fallback ranks by coverage
@@ -353,13 +398,13 @@ def test_constraint_violation_leaves_begin_and_next_write_converges(store, tmp_p
 READER = textwrap.dedent("""
     import json, os, sys, time
     from mtrag_resources.stores.fts_store import FtsStore
-    path, expected_json, stop_file, ready_file = sys.argv[1:]
+    path, expected_json, stop_file, ready_file, seen_file = sys.argv[1:]
     expected = json.loads(expected_json)
     store = FtsStore(path, readonly=True, busy_timeout_ms=100)
     errors, seen, n = [], {}, 0
     open(ready_file, "w").close()
-    deadline = time.time() + 60
-    while not os.path.exists(stop_file) and time.time() < deadline:
+    deadline = time.monotonic() + 300  # only so that a lost test cannot leave it running
+    while not os.path.exists(stop_file) and time.monotonic() < deadline:
         try:
             c = store.counts("src")
             exp = expected.get(c["generation"])
@@ -375,6 +420,8 @@ READER = textwrap.dedent("""
                 if len(ex) not in (0, 1):
                     errors.append(["exact", gen, len(ex)])
             n += 1
+            if n >= 5 and set(seen) == set(expected) and not os.path.exists(seen_file):
+                open(seen_file, "w").close()  # tells the writer it may stop
         except Exception as exc:
             errors.append(["exception", repr(exc)])
     print(json.dumps({"n": n, "errors": errors[:20], "seen": seen}))
@@ -400,18 +447,21 @@ def test_reader_in_other_process_never_sees_half_a_source(tmp_path):
         c = writer.counts("src")
         expected[gen] = {"token": tok, "symbol": f"m0.{tok}_fn0",
                          "counts": [c["child_rows"], c["parent_rows"], c["alias_rows"], c["fts_cjk_rows"]]}
-    stop, ready = tmp_path / "stop", tmp_path / "ready"
+    stop, ready, seen = tmp_path / "stop", tmp_path / "ready", tmp_path / "seen-both"
     proc = subprocess.Popen([sys.executable, "-c", READER, str(path), json.dumps(expected),
-                             str(stop), str(ready)], cwd=REPO, stdout=subprocess.PIPE,
+                             str(stop), str(ready), str(seen)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        t0 = time.time()
-        while not ready.exists() and time.time() - t0 < 30:
+        for _ in range(6000):  # up to ~2 minutes, only so that a hung reader cannot hang the test
+            if ready.exists() or proc.poll() is not None:
+                break
             time.sleep(0.02)
-        assert ready.exists(), proc.stderr.read() if proc.poll() is not None else "reader not ready"
+        assert ready.exists(), proc.stderr.read()
+        # The store holds gB now; the reader can only see gA through one of these writes. Write
+        # until it has seen both (each write replaces the whole source), at least 8 times.
         writes = 0
-        t0 = time.time()
-        while writes < 8 or time.time() - t0 < 1.5:
+        while writes < 8 or not seen.exists():
+            assert writes < 2000 and proc.poll() is None, "the reader never saw both generations"
             for gen, (tok, n) in gens.items():
                 writer.write_source("src", gen, f"{gen}-{writes}", _gen_rows(tok, n), None)
                 writes += 1

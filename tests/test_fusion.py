@@ -4,6 +4,8 @@ from hypothesis import strategies as st
 
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
 
+pytestmark = pytest.mark.unit
+
 
 def test_rrf_scores_and_channel_detail():
     out = weighted_rrf({"dense": ["a", "b"], "fts": ["b", "c"]}, weights={"dense": 1.0, "fts": 1.0}, k=60)

@@ -21,7 +21,6 @@ from mtrag_resources.stores.neo4j_server import (
     resolve_jars,
 )
 
-pytestmark = pytest.mark.neo4j
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -32,6 +31,9 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
+@pytest.mark.slow  # boots a Neo4j JVM of its own
 def test_start_status_stop(tmp_path, monkeypatch):
     monkeypatch.delenv("NEO4J_URI", raising=False)
     settings = Settings(home=tmp_path)
@@ -77,6 +79,7 @@ def test_start_status_stop(tmp_path, monkeypatch):
         server.stop()
 
 
+@pytest.mark.unit
 def test_stale_pid_file_is_ignored(tmp_path):
     server = Neo4jServer(Settings(home=tmp_path))
     (server.home / "run").mkdir(parents=True)
@@ -87,6 +90,7 @@ def test_stale_pid_file_is_ignored(tmp_path):
     assert not server.pid_file.exists()
 
 
+@pytest.mark.unit
 def test_env_uri_wins_and_starts_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("NEO4J_URI", "neo4j://db.example:7687")
     monkeypatch.setenv("NEO4J_USER", "reader")
@@ -96,6 +100,8 @@ def test_env_uri_wins_and_starts_nothing(tmp_path, monkeypatch):
     assert not settings.neo4j_dir.exists()
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j  # the jars that starting the suite's Neo4j resolved into the cache
 def test_cached_jars_need_no_maven(monkeypatch):
     lib = resolve_jars()  # already resolved by the fixtures / the test above
     monkeypatch.setenv("MTRAG_MVN", "/nonexistent/mvn")
@@ -106,18 +112,30 @@ def test_cached_jars_need_no_maven(monkeypatch):
     assert any(j.startswith("neo4j-bolt-") for j in jars) and any(j.startswith("neo4j-5.") for j in jars)
 
 
+@pytest.mark.integration
+@pytest.mark.neo4j
+@pytest.mark.slow  # boots a Neo4j JVM of its own
 def test_launch_returns_before_bolt_and_the_first_connection_waits(tmp_path, monkeypatch):
     """A build launches the server and goes on chunking and embedding; the first step that needs the
     graph waits for Bolt. A launch that cannot boot is reported with its log when first needed."""
     monkeypatch.delenv("NEO4J_URI", raising=False)
     settings = Settings(home=tmp_path)
     server = Neo4jServer(settings)
+    waited = []  # every wait for Bolt goes through Neo4jServer._wait_bolt
+    real_wait = Neo4jServer._wait_bolt
+
+    def spy(self, uri, *args, **kwargs):
+        waited.append(uri)
+        return real_wait(self, uri, *args, **kwargs)
+
+    monkeypatch.setattr(Neo4jServer, "_wait_bolt", spy)
     try:
         launch_local_server(settings)
         assert server.status()["running"]
         uri = server.status()["uri"]
-        assert not bolt_answers(uri, timeout=0.5)  # the JVM takes seconds: nothing waited for it
+        assert waited == []  # the launch waited for nothing: the JVM boots in the background
         assert neo4j_connection(settings) == (uri, None, None)
+        assert waited == [uri]  # the first connection waited for Bolt, once
         assert bolt_answers(uri)
         launch_local_server(settings)  # running: nothing new
         assert neo4j_connection(settings) == (uri, None, None)

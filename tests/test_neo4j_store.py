@@ -9,7 +9,7 @@ from mtrag_resources.core.models import GraphNode, GraphRelation
 from mtrag_resources.stores.contract import BEGIN, COMMITTED, LINKS_SOURCE
 from mtrag_resources.stores.neo4j_store import Neo4jStore, chunk_node_id
 
-pytestmark = pytest.mark.neo4j
+pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
 
 @pytest.fixture
@@ -52,9 +52,23 @@ def code_graph(sid, names=("a", "b", "c", "d")):
 
 # ------------------------------------------------------------------------------------------ writes
 
+def _schema(store) -> tuple[list, list]:
+    """The server's constraints and indexes: (name, type, labels or types, properties[, state])."""
+    constraints = sorted((r["name"], r["type"], tuple(r["labelsOrTypes"] or ()), tuple(r["properties"] or ()))
+                         for r in store._read("SHOW CONSTRAINTS YIELD name, type, labelsOrTypes, properties"))
+    indexes = sorted((r["name"], r["type"], tuple(r["labelsOrTypes"] or ()), tuple(r["properties"] or ()), r["state"])
+                     for r in store._read("SHOW INDEXES YIELD name, type, labelsOrTypes, properties, state"))
+    return constraints, indexes
+
+
 def test_schema_is_idempotent(neo4j_store):
     neo4j_store.ensure_schema()
-    neo4j_store.ensure_schema()
+    constraints, indexes = _schema(neo4j_store)
+    wanted = set(neo4j_store._schema_statements())
+    assert wanted <= {name for name, *_ in indexes}  # every rule exists (a constraint by its backing index)
+    assert constraints and all(state == "ONLINE" for *_, state in indexes)
+    assert neo4j_store.ensure_schema() == {"created": []}
+    assert _schema(neo4j_store) == (constraints, indexes)  # nothing added, dropped or changed
 
 
 def test_write_is_idempotent(neo4j_store, sid):
@@ -69,7 +83,8 @@ def test_write_is_idempotent(neo4j_store, sid):
     assert c1["chunks"] == 4
     assert s1["relationships"] == s2["relationships"] == {"DEFINES": 4, "CALLS": 3, "HAS_CHUNK": 4}
     assert s2["deleted_nodes"] == 0 and s2["deleted_relationships"] == 0
-    assert s1["rels_per_s"] > 0 and s1["seconds"] > 0
+    assert (s1["written_nodes"], s1["written_relationships"]) == (9, 11)  # module, 4 functions, 4 chunks
+    assert (s2["written_nodes"], s2["written_relationships"]) == (0, 0)
     m = neo4j_store.marker(sid)
     assert (m.source_id, m.generation, m.state) == (sid, "g1", COMMITTED) and m.committed
     assert neo4j_store.markers()[sid] == m
@@ -430,11 +445,15 @@ def test_injection_strings_are_plain_data(neo4j_store, sid):
         assert after["nodes"] == before["nodes"] + 2 * n + 1  # entities, chunk nodes, marker
         assert after["relationships"] == before["relationships"] + (n - 1) + n  # CALLS + HAS_CHUNK
 
-        for s in INJECTIONS:
+        for i, s in enumerate(INJECTIONS):
             got = neo4j_store.resolve_anchors([s])
             assert [g["name"] for g in got] == [s]
             assert neo4j_store.paths([s], [s]) == []
-            assert neo4j_store.paths([s], max_hops=2, limit=3) is not None
+            # from entity i the CALLS chain goes i -> i+1 -> i+2: one path per hop, shortest first
+            chain = [[nodes[j].node_id for j in range(i, i + h + 1)] for h in (1, 2) if i + h < n]
+            expanded = neo4j_store.paths([s], max_hops=2, limit=3)
+            assert [[x["node_id"] for x in p["nodes"]] for p in expanded] == chain
+            assert all(e["evidence"]["text"] == INJECTIONS[i + k] for p in expanded for k, e in enumerate(p["edges"]))
             assert neo4j_store.bridge([s]) == []
             assert neo4j_store.marker(s) is None
             assert neo4j_store.counts(s)["total_nodes"] == 0

@@ -5,26 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mtrag_resources.core.models import stable_id
-from mtrag_resources.stores.qdrant_store import (
-    ENGINE_ENV,
-    ENGINES,
-    CollectionDimMismatch,
-    QdrantEngineMismatch,
-    QdrantStore,
-    QdrantStoreLocked,
-    collection_name,
-    copy_for_reader,
-    copy_local_snapshot,
-    folder_engine,
-    point_id,
-)
+from mtrag_resources.stores.qdrant_store import CollectionDimMismatch, QdrantStore, collection_name, point_id
+from mtrag_resources.stores.qdrant_folder import ENGINE_ENV, ENGINES, QdrantEngineMismatch, QdrantStoreLocked, copy_for_reader, copy_local_snapshot, folder_engine
+
+pytestmark = pytest.mark.unit  # embedded Qdrant folders in tmp_path: no service, no model
 
 DIM = 16
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -200,48 +191,74 @@ def test_reopen_sees_persisted_points(tmp_path: Path, engine: str) -> None:
         assert s.count("code", "src-a") == 6 and s.marker("src-a").committed
 
 
+# Holds the folder until it reads a line on stdin, then writes one point of its own source and
+# lets go: whoever opens the folder next sees that point only if it waited for the release.
 HOLDER = textwrap.dedent("""
-    import sys, time
+    import sys
     sys.path.insert(0, {root!r})
     from mtrag_resources.stores.qdrant_store import QdrantStore
     with QdrantStore(path={path!r}) as s:
         print("ready", flush=True)
-        time.sleep(2.0)
+        sys.stdin.readline()
+        s.write_source("holder", "code", "h1", [{{"chunk_id": "ab" * 16, "vector": [1.0] * {dim}, "payload": {{}}}}])
 """)
 
 
 def _start_holder(path: Path) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER.format(root=str(REPO_ROOT), path=str(path))],
-        stdout=subprocess.PIPE, text=True)
+        [sys.executable, "-c", HOLDER.format(root=str(REPO_ROOT), path=str(path), dim=DIM)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def _release(holder: subprocess.Popen) -> int:
+    if holder.poll() is None:
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+    return holder.wait(60)
 
 
 def test_second_process_waits_for_the_lock(tmp_path: Path, engine: str) -> None:
     path = tmp_path / "qdrant"
     holder = _start_holder(path)
+    opened, seen = threading.Event(), {}
+
+    def second_opener() -> None:
+        try:
+            with QdrantStore(path=path, lock_timeout=120) as s:
+                opened.set()
+                seen["holder"] = s.count("code", "holder")
+                s.write_source("src-a", "code", "g", make_points("src-a", 2))
+                seen["mine"] = s.count("code", "src-a")
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            seen["error"] = repr(exc)
+
+    thread = threading.Thread(target=second_opener, daemon=True)
+    thread.start()
     try:
-        t0 = time.monotonic()
-        with QdrantStore(path=path, lock_timeout=30) as s:
-            waited = time.monotonic() - t0
-            s.write_source("src-a", "code", "g", make_points("src-a", 2))
-        assert waited > 0.5
+        # While the holder keeps the folder, the second opener must not get in.
+        assert not opened.wait(1.0), "a second process opened a folder another process held"
+        assert holder.poll() is None
     finally:
-        holder.wait(30)
-    assert holder.returncode == 0
+        assert _release(holder) == 0
+    thread.join(150)
+    assert not thread.is_alive()
+    assert seen == {"holder": 1, "mine": 2}  # it got in after the holder's last write, and wrote
 
 
 def test_lock_timeout_names_the_folder(tmp_path: Path, engine: str) -> None:
     path = tmp_path / "qdrant"
     holder = _start_holder(path)
     try:
-        t0 = time.monotonic()
-        with pytest.raises(QdrantStoreLocked, match=str(path)):
+        with pytest.raises(QdrantStoreLocked, match=str(path)) as refused:
             QdrantStore(path=path, lock_timeout=0.5)
-        assert 0.4 < time.monotonic() - t0 < 1.8
+        assert "in use by another process" in str(refused.value) and "waited 0.5 s" in str(refused.value)
+        assert holder.poll() is None  # refused; the holder keeps the folder and goes on
     finally:
-        holder.wait(30)
+        assert _release(holder) == 0
+    with QdrantStore(path=path, lock_timeout=30) as s:
+        assert s.count("code", "holder") == 1 and s.marker("holder").committed
 
 
 def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path, engine: str) -> None:
@@ -265,10 +282,10 @@ def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path, engine: s
 
 
 def test_opening_the_same_folder_twice_in_one_process_fails_fast(store: QdrantStore) -> None:
-    t0 = time.monotonic()
-    with pytest.raises(QdrantStoreLocked, match="already open in this process"):
+    # Refused by the in-process check, not after waiting out lock_timeout (that error says "waited").
+    with pytest.raises(QdrantStoreLocked, match="already open in this process") as refused:
         QdrantStore(path=store.path, lock_timeout=30)
-    assert time.monotonic() - t0 < 1
+    assert "waited" not in str(refused.value)
     store.write_source("src-a", "code", "g", make_points("src-a", 1))  # still usable
 
 

@@ -1,9 +1,13 @@
+import pytest
+
 from mtrag_resources.serving.query_text import (
     PreprocessedQuery,
     identifiers_in,
     normalize_for_keyword,
     preprocess_query,
 )
+
+pytestmark = pytest.mark.unit
 
 
 def test_seed_mixed_lang():

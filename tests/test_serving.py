@@ -9,9 +9,11 @@ import urllib.request
 import pytest
 
 from mtrag_resources.publish.manifest import load_current, publish
-from mtrag_resources.serving.http import MAX_BODY_BYTES, make_server
+from mtrag_resources.serving.http import MAX_BODY_BYTES, UnsafeBind, make_server
 from mtrag_resources.serving.reader import EmbedderMismatch, IndexReader, QueryError
 from tests.build_helpers import settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +39,35 @@ def test_hybrid_query_shape_and_semantic_answer(reader):
     assert all(h["parent"] is None or h["parent"]["chunk_id"] != h["chunk_id"] for h in result["hits"])
 
 
+def _published_qdrant():
+    from mtrag_resources.stores.connect import open_published_qdrant
+    s = settings()
+    return open_published_qdrant(s, load_current(s.manifest_dir)["stores"]["qdrant_snapshot"])
+
+
 def test_exact_identifier_ranks_first_and_gets_its_true_cosine(reader):
+    import shutil
+
+    import numpy as np
+
+    from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
     result = reader.query("shopcart.tax.lookup_rate", k=5)
     top = result["hits"][0]
     assert top["symbol"] == "shopcart.tax.lookup_rate"
     assert "exact" in top["channels"] and "dense" in top["channels"]
-    assert -1.0 <= top["cosine"] <= 1.0
+    # The cosine of the query's vector (embedded here, by the published generation's embedder) and
+    # the vector the published Qdrant copy stores for the chunk.
+    embedder = Embedder(EmbedderConfig(threads=1))
+    assert embedder.fingerprint_id == load_current(settings().manifest_dir)["embedder"]["fingerprint_id"]
+    qvec = embedder.encode(["shopcart.tax.lookup_rate"])[0]
+    store, private = _published_qdrant()
+    try:
+        stored = store.vectors_for(top["source_kind"], [top["chunk_id"]])[top["chunk_id"]]
+    finally:
+        store.close()
+        shutil.rmtree(private, ignore_errors=True)
+    cosine = float(np.dot(qvec, stored) / (np.linalg.norm(qvec) * np.linalg.norm(stored)))
+    assert top["cosine"] == pytest.approx(cosine, abs=1e-5)
     exact_only = reader.query("shopcart.tax.lookup_rate", mode="exact")
     assert [h["symbol"] for h in exact_only["hits"]] == ["shopcart.tax.lookup_rate"]
     assert set(exact_only["hits"][0]["channels"]) == {"exact"}
@@ -59,7 +84,7 @@ def test_kind_filter_and_modes(reader):
     docs = reader.query("tax", kind="docs")
     assert docs["hits"] and all(h["source_kind"] == "docs" for h in docs["hits"])
     dense = reader.query("tax", mode="dense")
-    assert all(set(h["channels"]) == {"dense"} for h in dense["hits"])
+    assert dense["hits"] and all(set(h["channels"]) == {"dense"} for h in dense["hits"])
 
 
 def test_bridge_from_docs_to_code(reader):
@@ -95,16 +120,58 @@ def test_bundles_rank_containing_units(reader):
 @pytest.mark.parametrize("text", ['a" OR 1=1 --', "NEAR(tax rate)", "`lookup_rate`*", "})-[r]-(x) DETACH DELETE x",
                                   "税率 AND (", "{col}:value ^ -x"])
 def test_hostile_query_text_is_inert(reader, text):
+    before = _store_counts()
     for mode in ("hybrid", "lexical", "exact"):
-        reader.query(text, mode=mode)
-    reader.paths(text)
+        result = reader.query(text, mode=mode)
+        assert result["generation"] == 1 and result["stale"] == [] and result["query"] == text
+        assert {"generation", "query", "hits", "bridge", "paths", "bundles", "stale"} <= set(result)
+        assert [h["rank"] for h in result["hits"]] == list(range(1, len(result["hits"]) + 1))
+        assert all(HIT_KEYS <= set(h) and h["source_id"] in ("shop", "shop-docs") for h in result["hits"])
+        assert all(set(h["channels"]) <= {"dense", "fts", "exact"} for h in result["hits"])
+        if mode == "exact":
+            assert all(set(h["channels"]) == {"exact"} for h in result["hits"])
+    paths = reader.paths(text)
+    assert paths["paths"] == [] and paths["generation"] == 1
+    assert _store_counts() == before  # Qdrant points, FTS rows, Neo4j nodes and relationships
     assert reader.status()["stale"] == []
     assert reader.query("shopcart.tax.lookup_rate", mode="exact")["hits"]
 
 
+def _store_counts() -> dict:
+    """Every store the reader reads, counted from outside it: the live Qdrant folder and the
+    published copy (points per source), FTS (rows per source), the whole Neo4j database."""
+    import shutil
+
+    from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
+    s = settings()
+    sources = ("shop", "shop-docs")
+    counts = {}
+    with open_qdrant(s) as live:
+        counts["qdrant_live"] = {(k, sid): live.count(k, sid) for k in ("code", "docs") for sid in sources}
+    published, private = _published_qdrant()
+    try:
+        counts["qdrant_published"] = {(k, sid): published.count(k, sid) for k in ("code", "docs") for sid in sources}
+    finally:
+        published.close()
+        shutil.rmtree(private, ignore_errors=True)
+    fts = open_fts(s)
+    try:
+        counts["fts"] = {sid: fts.counts(sid) for sid in sources}
+    finally:
+        fts.close()
+    neo = open_neo4j(s)
+    try:
+        counts["neo4j"] = neo.database_counts()
+    finally:
+        neo.close()
+    assert counts["qdrant_published"][("code", "shop")] > 0 and counts["fts"]["shop"]["child_rows"] > 0
+    assert counts["neo4j"]["nodes"] > 0
+    return counts
+
+
 def test_bad_requests_raise_query_error(reader):
     for kwargs in ({"text": ""}, {"text": "x", "mode": "sql"}, {"text": "x", "kind": "images"},
-                   {"text": "x", "k": 0}, {"text": "x" * 5000}):
+                   {"text": "x", "k": 0}, {"text": "x" * (16 * 1024 + 1)}):
         with pytest.raises(QueryError):
             reader.query(**kwargs)
 
@@ -157,7 +224,7 @@ def test_http_contract(server, reader):
 
 
 def test_api_key_required_beyond_loopback(reader):
-    with pytest.raises(SystemExit, match="MTRAG_API_KEY"):
+    with pytest.raises(UnsafeBind, match="MTRAG_API_KEY"):
         make_server(reader, "0.0.0.0", 0)
     srv = make_server(reader, "127.0.0.1", 0, api_key="s3cret")
     thread = threading.Thread(target=srv.serve_forever, daemon=True)

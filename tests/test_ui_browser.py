@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.neo4j
+pytestmark = [pytest.mark.integration, pytest.mark.neo4j, pytest.mark.slow]  # dagster dev + chromium
 
 REPO = Path(__file__).resolve().parents[1]
 ASSET_KEYS = ["raw_source", "cas_chunks", "canonical_graph", "embedding_cache", "qdrant_collection", "fts_db",

@@ -513,6 +513,7 @@ class Neo4jStore:
             if last is not None and i == len(txs) - 1:
                 statements.append(last)
             counters = self._run_batch(session, statements)
+            fault_point("neo4j:after_batch")  # this transaction has committed, the later ones have not
             stats.transactions += 1
             for (_, rows, _, tag), c in zip(tx_steps, counters):
                 kind, what = tag[0], tag[1]

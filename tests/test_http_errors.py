@@ -1,0 +1,144 @@
+"""The HTTP server's error statuses, each caused for real and read with a real HTTP client
+(http.client): 409 when the query embedder cannot embed for the published generation, 500 when
+the published generation cannot be read (a corrupt CURRENT) or a store cannot be opened, and 200
+with the channel reported `stale` when only the graph is unreachable. An error answer is always a
+status and a JSON body, never a connection closed without a response."""
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import socket
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from mtrag_resources.publish.manifest import current_path, load_current, publish
+from mtrag_resources.serving.http import make_server
+from mtrag_resources.serving.reader import IndexReader
+from tests.build_helpers import build, settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
+
+
+@contextmanager
+def serving(home):
+    reader = IndexReader(home=str(home), log_proposals=False)
+    server = make_server(reader, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        reader.close()
+
+
+def call(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        data = json.dumps(body) if body is not None else None
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read()
+        assert resp.getheader("Content-Type") == "application/json; charset=utf-8"
+        return resp.status, json.loads(raw)
+    finally:
+        conn.close()
+
+
+def test_409_when_the_published_generation_was_embedded_by_another_model(published):
+    s = settings()
+    manifest = load_current(s.manifest_dir)
+    with serving(published["home"]) as port:
+        assert call(port, "POST", "/v1/query", {"text": "apply tax", "mode": "dense"})[0] == 200
+        other = json.loads(json.dumps(manifest))
+        other["generation"] = manifest["generation"] + 1
+        other["embedder"].update(model_id="Qwen/Qwen3-Embedding-0.6B", dim=1024)
+        publish(s.manifest_dir, other)
+        try:
+            for mode in ("dense", "hybrid", "bundles"):  # every mode that embeds the query
+                code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "mode": mode})
+                assert code == 409, (mode, body)
+                assert body["error"].startswith("the query embedder does not match the published generation's embedder: ")
+                assert f"model_id: query {manifest['embedder']['model_id']!r} vs manifest 'Qwen/Qwen3-Embedding-0.6B'" in body["error"]
+                assert "dim: query 384 vs manifest 1024" in body["error"]
+            # Channels that need no query vector still answer, from the new generation.
+            code, body = call(port, "POST", "/v1/query", {"text": "税率", "mode": "lexical"})
+            assert code == 200 and body["generation"] == other["generation"] and body["hits"]
+            code, body = call(port, "GET", "/v1/status")
+            assert code == 200 and body["generation"] == other["generation"]
+        finally:
+            publish(s.manifest_dir, manifest)
+        code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "mode": "dense"})
+        assert code == 200 and body["generation"] == manifest["generation"] and body["hits"]
+
+
+def test_500_while_current_is_corrupt_and_200_once_it_is_repaired(published):
+    path = current_path(settings().manifest_dir)
+    good = path.read_text()
+    with serving(published["home"]) as port:
+        assert call(port, "GET", "/v1/status")[0] == 200
+        path.write_text("manifest-latest.json\n")  # a hand edit: not a manifest name
+        try:
+            for method, route, body in (("POST", "/v1/query", {"text": "apply tax"}),
+                                        ("POST", "/v1/paths", {"from": "shopcart.cart.Cart.total"}),
+                                        ("GET", "/v1/status", None)):
+                code, answer = call(port, method, route, body)
+                assert code == 500, (route, answer)
+                assert answer == {"error": f"{path}: unexpected content 'manifest-latest.json'"}
+            assert call(port, "GET", "/healthz") == (200, {"ok": True})  # liveness reads no store
+        finally:
+            path.write_text(good)
+        code, answer = call(port, "POST", "/v1/query", {"text": "shopcart.tax.lookup_rate"})
+        assert code == 200 and answer["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
+
+
+def test_500_while_the_fts_store_cannot_be_opened_then_recovers(mtrag_env):
+    build()
+    fts = settings().fts_path
+    aside = fts.parent.with_name("06-fts.aside")
+    fts.parent.rename(aside)
+    (fts).mkdir(parents=True)  # where the database file should be, something SQLite cannot open
+    try:
+        with serving(mtrag_env["home"]) as port:
+            for _ in range(2):  # the same answer each time, not a half-open reader afterwards
+                code, answer = call(port, "POST", "/v1/query", {"text": "apply tax", "mode": "lexical"})
+                assert code == 500, answer
+                assert answer["error"] == "internal error: OperationalError: unable to open database file"
+                code, answer = call(port, "GET", "/v1/status")
+                assert code == 500 and "unable to open database file" in answer["error"]
+            assert call(port, "GET", "/healthz")[0] == 200
+            shutil.rmtree(fts.parent)
+            aside.rename(fts.parent)
+            code, answer = call(port, "POST", "/v1/query", {"text": "shopcart.tax.lookup_rate", "mode": "exact"})
+            assert code == 200 and answer["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
+            assert call(port, "GET", "/v1/status")[1]["stale"] == []
+    finally:
+        if aside.exists():
+            shutil.rmtree(fts.parent, ignore_errors=True)
+            aside.rename(fts.parent)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+def test_unreachable_graph_is_200_with_the_graph_channel_stale(published, monkeypatch):
+    monkeypatch.setenv("NEO4J_URI", f"bolt://127.0.0.1:{_closed_port()}")
+    with serving(published["home"]) as port:
+        code, status = call(port, "GET", "/v1/status")
+        assert code == 200
+        stale = {(x["source"], x["store"]): x["reason"] for x in status["stale"]}
+        assert set(stale) == {("shop", "neo4j"), ("shop-docs", "neo4j")}
+        assert all(reason.startswith("Neo4j unreachable: ") for reason in stale.values())
+        code, answer = call(port, "POST", "/v1/query", {"text": "shopcart.tax.lookup_rate", "k": 3})
+        assert code == 200 and answer["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
+        assert answer["paths"] == []
+        code, answer = call(port, "POST", "/v1/paths", {"from": "shopcart.cart.Cart.total"})
+        assert code == 200 and answer["paths"] == []
+        assert ("shop", "neo4j") in {(x["source"], x["store"]) for x in answer["stale"]}
