@@ -5,6 +5,7 @@ Queries come from the index itself: symbols of the published code chunks (exact,
 docstring first sentences (dense, hybrid, bundles, lexical). Also reports the server's peak RSS.
 
 Usage: python bench/query.py --home bench/out/build-work/home [--n 200] [--out bench/out/query.json]
+       python bench/query.py --home bench/out/eval-zh-work/home --questions bench/eval/zh_questions.yaml
 """
 from __future__ import annotations
 
@@ -65,9 +66,17 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", default=str(REPO / "bench/out/query.json"))
+    ap.add_argument("--questions", help="a question file (bench/eval/zh_questions.yaml) whose questions replace "
+                                        "the docstring sentences: e.g. the Chinese set on a home built by zh.py, "
+                                        "so hybrid runs both embedders")
     args = ap.parse_args()
     home = Path(args.home).resolve()
     symbols, sentences = query_set(home, args.n, args.seed)
+    if args.questions:
+        import yaml
+        questions = [q["question"] for q in yaml.safe_load(Path(args.questions).read_text())["questions"]]
+        sentences = (questions * (args.n // len(questions) + 1))[:args.n]
+        symbols = symbols or sentences
     port = free_port()
     env = dict(os.environ, MTRAG_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
     server = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "serve", "--port", str(port)], env=env,
