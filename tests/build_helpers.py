@@ -26,3 +26,26 @@ def latest_metadata(asset: str, partition: str | None = None) -> dict:
 
 def settings() -> Settings:
     return Settings.from_env()
+
+
+def wait_stopped(proc, timeout: float = 300) -> None:
+    """Wait until a build process froze itself at its fault point (MTRAG_FAULT_SIGNAL=STOP: state
+    T in /proc); fail the test when it exits first or never gets there."""
+    import time
+    from pathlib import Path
+
+    import pytest
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"build exited ({proc.returncode}) before its fault point:\n{out[-2000:]}\n{err[-3000:]}")
+        try:
+            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = ""
+        if state == "T":
+            return
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("the build never reached its fault point")

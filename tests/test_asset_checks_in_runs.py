@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -19,7 +18,7 @@ from mtrag_resources.publish.manifest import current_path, load_current
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stores.fts_store import FtsStore
 from mtrag_resources.stores.tables import read_rows
-from tests.build_helpers import build, settings
+from tests.build_helpers import build, settings, wait_stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
@@ -51,21 +50,6 @@ def _layout(source_id: str):
 
 # ------------------------------------------------------------------ a failing check blocks publishing
 
-def _wait_stopped(proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"build exited ({proc.returncode}) before its fault point:\n{out[-2000:]}\n{err[-3000:]}")
-        try:
-            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            state = ""
-        if state == "T":
-            return
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("the build never reached its fault point")
 
 
 def _drop_fts_children(source_id: str, n: int) -> None:
@@ -95,7 +79,7 @@ def test_failing_blocking_check_skips_index_manifest_in_its_run(mtrag_env):
     proc = subprocess.Popen([MTRAG, "build", "--source", "shop"], env=env, cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_stopped(proc)
+        wait_stopped(proc)
         run = _instance().get_runs(limit=1)[0]
         steps = {st.step_key: st.status.value for st in _instance().get_run_step_stats(run.run_id)}
         assert steps.get("fts_db") == "SUCCESS", steps  # FTS is written before the graph step

@@ -12,14 +12,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from mtrag_resources.publish.manifest import load_current
-from tests.build_helpers import build, latest_metadata, settings
+from tests.build_helpers import build, latest_metadata, settings, wait_stopped
 
 REPO = Path(__file__).resolve().parents[1]
 MTRAG = str(Path(sys.executable).with_name("mtrag"))
@@ -35,21 +34,6 @@ def _env(fault: str | None = None, stop: bool = False) -> dict:
     return env
 
 
-def _wait_stopped(proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"build exited ({proc.returncode}) before its fault point:\n{out[-2000:]}\n{err[-3000:]}")
-        try:
-            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            state = ""
-        if state == "T":
-            return
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("the build never reached its fault point")
 
 
 def _started_runs(instance: dg.DagsterInstance) -> list:
@@ -92,7 +76,7 @@ def test_release_dead_runs_frees_a_killed_builds_run_and_pool_slot_only(mtrag_en
     proc = subprocess.Popen([MTRAG, "build", "--source", "shop"], env=_env("neo4j:after_begin", stop=True),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_stopped(proc)
+        wait_stopped(proc)
         (live,) = _started_runs(instance)
         assert live.tags["mtrag/pid"] == str(proc.pid)
         assert release_dead_runs(instance, log=logged.append) == []

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.neo4j_server import Neo4jServer
 from mtrag_resources.serving.reader import IndexReader
-from tests.build_helpers import build
+from tests.build_helpers import build, wait_stopped
 from tests.corpus import write_corpus
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and SIGSTOP")
@@ -147,22 +146,6 @@ def start_cli(*args: str, fault: str | None = None, stop: bool = False) -> subpr
                             stderr=subprocess.PIPE, text=True)
 
 
-def wait_stopped(proc: subprocess.Popen, timeout: float = 300) -> None:
-    """Wait until the process froze itself at its fault point (state T in /proc)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"build exited ({proc.returncode}) before its fault point:\n{out[-2000:]}\n{err[-3000:]}")
-        try:
-            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            state = ""
-        if state == "T":
-            return
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("the build never reached its fault point")
 
 
 def finish(proc: subprocess.Popen, timeout: float = 400) -> tuple[int, str, str]:
