@@ -7,12 +7,24 @@ import json
 import os
 import sys
 import time
+import traceback
 
 from mtrag_resources.core.config import Settings
 
 
 def _settings() -> Settings:
     return Settings.from_env().ensure()
+
+
+def _published_settings() -> Settings:
+    """The home of a read command (query, paths, status): creates nothing, and a home without a
+    published generation is refused in one line."""
+    from mtrag_resources.core.errors import NotPublished
+    from mtrag_resources.core.layout import current_path
+    settings = Settings.from_env()
+    if not current_path(settings.manifest_dir).is_file():
+        raise NotPublished(f"MTRAG_HOME={settings.home} has no published generation; run mtrag build")
+    return settings
 
 
 def _load_specs(settings: Settings):
@@ -60,30 +72,35 @@ def cmd_build(args) -> int:
 
 
 def _run_build_or_refusal(settings, specs, args) -> dict:
-    """The build; a publish the golden-query gate refused is reported as that refusal (one clear
-    message, exit code 1) rather than as Dagster's step failure around it."""
+    """The build; what mtrag refused inside a step (the golden-query gate's refusal, a bad
+    `pip_sdist` pin, ...) is reported as that error (one clear message and its exit code) rather
+    than as Dagster's step failure around it. Dagster's console log stays silent unless --debug:
+    the runner prints each stage, and the full event log is in the instance."""
     from mtrag_assets.runner import run_build
     try:
         return run_build(settings, specs, only=args.source or None, force=args.force,
-                         accept_quality_drop=args.accept_quality_drop)
-    except Exception as exc:  # noqa: BLE001 - re-raised unless it is the gate's refusal
-        from mtrag_resources.publish.golden import QualityRefused
+                         accept_quality_drop=args.accept_quality_drop,
+                         console_log_level="WARNING" if args.debug else "CRITICAL")
+    except Exception as exc:  # noqa: BLE001 - re-raised unless mtrag refused something on purpose
+        from mtrag_resources.core.errors import MtragError
         cause, seen = exc, set()
-        while cause is not None and not isinstance(cause, QualityRefused) and id(cause) not in seen:
+        while cause is not None and not isinstance(cause, MtragError) and id(cause) not in seen:
             seen.add(id(cause))
             cause = cause.__cause__ or cause.__context__
-        if not isinstance(cause, QualityRefused):
+        if not isinstance(cause, MtragError) or args.debug:
             raise
         raise cause from None
 
 
-def _reader(args=None):
+def _reader(settings: Settings | None = None):
     from mtrag_resources.serving.reader import IndexReader
-    return IndexReader(home=str(_settings().home))
+    return IndexReader(home=str((settings or _settings()).home))
 
 
 def cmd_query(args) -> int:
-    reader = _reader()
+    from mtrag_resources.serving.requests import check_query
+    check_query(args.text, args.k, args.kind, args.mode)  # bad input first, before any store opens
+    reader = _reader(_published_settings())
     result = reader.query(args.text, k=args.k, kind=args.kind, mode=args.mode)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
@@ -94,10 +111,15 @@ def cmd_query(args) -> int:
 
 
 def cmd_paths(args) -> int:
-    reader = _reader()
-    rels = [r.strip().upper() for r in args.rel.split(",")] if args.rel else None
+    from mtrag_resources.serving.requests import check_paths
+    # `--rel ""` or `--rel CALLS,` is refused by name (''), not read as the default
+    rels = [r.strip().upper() for r in args.rel.split(",")] if args.rel is not None else None
+    check_paths(args.from_name, args.to, rels, args.direction, args.max_hops)
+    reader = _reader(_published_settings())
     result = reader.paths(args.from_name, to_name=args.to, rel_types=rels, direction=args.direction,
                           max_hops=args.max_hops)
+    if not result.get("paths") and result.get("generation") is not None:
+        _refuse_unknown_symbols(reader, [("--from", args.from_name), ("--to", args.to)])
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
@@ -106,8 +128,22 @@ def cmd_paths(args) -> int:
     return 0
 
 
+def _refuse_unknown_symbols(reader, names: list[tuple[str, str | None]]) -> None:
+    """No path: "no such symbol" (exit 1, with the nearest symbol names) rather than "no verified
+    path" (exit 0, the ordinary output) when `--from` or `--to` names nothing in the generation."""
+    from mtrag_resources.serving.requests import UnknownSymbol
+    for option, name in names:
+        if name is None:
+            continue
+        found = reader.symbol_lookup(name)
+        if found["known"] is False:
+            nearest = ", ".join(found["nearest"]) or "none found"
+            raise UnknownSymbol(f"{option} {name.strip()!r}: no such symbol in generation {found['generation']}; "
+                                f"nearest symbols: {nearest}")
+
+
 def cmd_status(args) -> int:
-    result = _reader().status()
+    result = _reader(_published_settings()).status()
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
@@ -136,6 +172,8 @@ def cmd_neo4j(args) -> int:
               "status": neo4j_server.cli_status}[args.action](settings)
     if args.json:
         print(json.dumps(result))
+    elif args.action == "stop":
+        print("neo4j: stopped" if result.get("was_running") else "neo4j: not running")
     else:
         print(f"neo4j: {'running' if result.get('running') else 'not running'}"
               + (f" at {result['uri']}" if result.get("uri") else ""))
@@ -147,54 +185,114 @@ def cmd_demo(args) -> int:
     return run_demo(_settings())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mtrag", description="Build and query mtrag's retrieval indexes.")
-    sub = parser.add_subparsers(dest="command", required=True)
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, unless the help says it already (or there is none to say)."""
 
-    p = sub.add_parser("build", help="materialise changed sources through Dagster and publish a generation")
-    p.add_argument("--source", action="append", metavar="ID", help="build only this source (repeatable)")
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's refusals as one line naming the input (and what is allowed), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MODES, PATH_RELATIONS
+    fmt = _HelpFormatter
+    parser = _Parser(prog="mtrag", description="Build and query mtrag's retrieval indexes.", formatter_class=fmt)
+    debug_help = "on an error, print the traceback (without it: one line and the exit code)"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    common = argparse.ArgumentParser(add_help=False)
+    # also after the command (`mtrag query --debug ...`); SUPPRESS keeps the global one when absent
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, description: str | None = None):
+        return sub.add_parser(name, help=help, description=description or help, formatter_class=fmt,
+                              parents=[common])
+
+    p = command("build", "materialise changed sources through Dagster and publish a generation",
+                "Materialise the changed sources through Dagster (each run shows in the UI) and publish "
+                "a generation; prints each stage as it starts and ends with its counts and seconds.")
+    p.add_argument("--source", action="append", metavar="ID",
+                   help="build only this source id of the sources file (repeatable; default: every changed source)")
     p.add_argument("--force", action="store_true", help="rebuild every source even when nothing changed")
     p.add_argument("--accept-quality-drop", action="store_true",
                    help="publish even if the golden-query gate refuses the generation (recorded in the manifest)")
     p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("query", help="query the published generation")
-    p.add_argument("text")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--k", type=int, default=10)
-    p.add_argument("--kind", choices=["code", "docs"])
-    p.add_argument("--mode", choices=["hybrid", "dense", "lexical", "exact", "bundles"], default="hybrid")
+    p = command("query", "query the published generation",
+                "Hybrid retrieval over the published generation: ranked hits, the doc-to-code bridge, "
+                "and the stale channels. Exit 2 for a refused argument, 1 when nothing is published.")
+    p.add_argument("text", help=f"the query: 1 to {MAX_QUERY_BYTES} bytes of UTF-8 ({MAX_QUERY_BYTES // 1024} KB); "
+                                "a whole doc section may be pasted in")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON (the HTTP API's shape)")
+    p.add_argument("--k", type=int, default=10, metavar="N", help=f"number of hits, 1 to {MAX_K}")
+    p.add_argument("--kind", choices=list(KINDS), help="only code chunks or only doc chunks (default: both)")
+    p.add_argument("--mode", choices=list(MODES), default="hybrid",
+                   help="hybrid: dense + lexical + exact fused; dense: vectors only; lexical: FTS only; "
+                        "exact: identifier lookup only; bundles: hybrid plus per-file bundles")
     p.set_defaults(func=cmd_query)
 
-    p = sub.add_parser("paths", help="verified graph paths from a symbol")
-    p.add_argument("--from", dest="from_name", required=True)
-    p.add_argument("--to")
-    p.add_argument("--rel", help="comma-separated relation types, e.g. CALLS,INHERITS")
-    p.add_argument("--direction", choices=["out", "in"], default="out")
-    p.add_argument("--max-hops", type=int, default=4)
-    p.add_argument("--json", action="store_true")
+    p = command("paths", "verified graph paths from a symbol",
+                "VERIFIED-only graph paths from a symbol. Exit 0 with '(no verified path)' when the "
+                "symbol has none; exit 1 with the nearest symbol names when it names no symbol.")
+    p.add_argument("--from", dest="from_name", required=True, metavar="SYMBOL",
+                   help="where paths start: a qualified name, node id or name (e.g. click.core.Context.invoke)")
+    p.add_argument("--to", metavar="SYMBOL", help="only paths ending at this symbol (default: any end)")
+    p.add_argument("--rel", metavar="TYPES",
+                   help=f"comma-separated relation types, any of {','.join(PATH_RELATIONS)} "
+                        "(case-insensitive; default: CALLS)")
+    p.add_argument("--direction", choices=["out", "in"], default="out",
+                   help="out: follow edges from the symbol; in: edges into it")
+    p.add_argument("--max-hops", type=int, default=4, metavar="N", help="longest path, 1 to 6 hops")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON (the HTTP API's shape)")
     p.set_defaults(func=cmd_paths)
 
-    p = sub.add_parser("status", help="the published generation and each store's marker")
-    p.add_argument("--json", action="store_true")
+    p = command("status", "the published generation and each store's marker",
+                "The published generation, each store's marker per source, and the stale channels. "
+                "Exit 1 when nothing is published.")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("serve", help="HTTP: POST /v1/query, GET /v1/status, GET /healthz")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p = command("serve", "HTTP: POST /v1/query, POST /v1/paths, GET /v1/status, GET /healthz")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind; other than loopback needs MTRAG_API_KEY")
+    p.add_argument("--port", type=int, default=8765, help="TCP port, 0 to 65535 (0: any free port)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("mcp", help="MCP server on stdin/stdout for coding agents: tools search, paths, status")
+    p = command("mcp", "MCP server on stdin/stdout for coding agents: tools search, paths, status")
     p.set_defaults(func=cmd_mcp)
 
-    p = sub.add_parser("neo4j", help="the local Neo4j server (unless NEO4J_URI names another)")
-    p.add_argument("action", choices=["start", "stop", "status"])
-    p.add_argument("--json", action="store_true")
+    p = command("neo4j", "the local Neo4j server (unless NEO4J_URI names another)")
+    p.add_argument("action", choices=["start", "stop", "status"],
+                   help="start it (or report the running one), stop it, or say whether it runs")
+    p.add_argument("--json", action="store_true", help="print {running, uri} as JSON")
     p.set_defaults(func=cmd_neo4j)
 
-    p = sub.add_parser("demo", help="build the demo sources, publish, and print real answers")
+    p = command("demo", "build the demo sources, publish, and print real answers")
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+def _full_disk() -> str | None:
+    """MTRAG_HOME's path when the filesystem holding it has (almost) no free space left."""
+    import shutil
+    home = Settings.from_env().home
+    probe = next((p for p in (home, *home.parents) if p.exists()), None)
+    try:
+        return str(home) if probe is not None and shutil.disk_usage(probe).free < 1 << 20 else None
+    except OSError:
+        return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,12 +303,28 @@ def main(argv: list[str] | None = None) -> int:
     except MtragError as exc:
         # What mtrag refuses on purpose is one clear line and the error's exit code (2: bad input
         # or configuration, 75: another build holds the source's lock, 1: anything else).
+        if args.debug:
+            traceback.print_exc()
         print(f"mtrag: {exc}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         # `mtrag status | head`: the reader left; say nothing more (and not at exit either)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except KeyboardInterrupt:
+        print("mtrag: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen failure: one line unless --debug
+        if args.debug:
+            raise
+        full = _full_disk()
+        if full:  # SQLite says "disk I/O error" for what is a full disk: name the real cause
+            print(f"mtrag: No space left on device: the disk holding {full} is full "
+                  f"({type(exc).__name__}: {_one_line(exc)[:300]})", file=sys.stderr)
+            return 1
+        print(f"mtrag: internal error: {type(exc).__name__}: {_one_line(exc)} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -4,14 +4,17 @@ the manifest (a build with no changed source runs those two alone)."""
 from __future__ import annotations
 
 import os
+import sys
 import socket
-from contextlib import ExitStack
+import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import dagster as dg
 
 from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.layout import spec_root
 from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 from mtrag_resources.publish.views import lagging_sources
 from mtrag_resources.stores.connect import shared_qdrant
@@ -98,6 +101,80 @@ def release_dead_runs(instance: dg.DagsterInstance, log=print) -> list[str]:
     return released
 
 
+class StageProgress:
+    """What `mtrag build` prints while a run executes, from the run's own events: each stage
+    (asset step) as it starts and ends, with its counts and seconds; the embedding asset's
+    progress lines; warnings; a failed step in one line. The same figures are in the Dagster run
+    log (the materialization's metadata, the asset's `context.log` lines)."""
+
+    MAX_COUNTS = 6
+
+    def __init__(self, log, label: str, asset_steps: set[str] | frozenset = frozenset()):
+        """`asset_steps`: the step keys of assets (announced when they start); the others are
+        checks, printed once when they end."""
+        self.log, self.label, self.asset_steps = log, label, set(asset_steps)
+        self.started: dict[str, float] = {}
+        self.counts: dict[str, dict] = {}
+
+    def __call__(self, entry) -> None:
+        try:
+            self._handle(entry)
+        except Exception:  # noqa: BLE001 - progress output never fails a build
+            pass
+
+    def _handle(self, entry) -> None:
+        event = entry.dagster_event
+        if event is None:  # a context.log line
+            message = entry.user_message or ""
+            if message.startswith("embedded ") and "/s" in message:
+                self.log(f"[{self.label}] {entry.step_key}: {message}")
+            elif entry.level >= 30:  # logging.WARNING
+                self.log(f"[{self.label}] {entry.step_key or 'run'}: warning: {' '.join(message.split())}")
+            return
+        step, kind = entry.step_key, event.event_type_value
+        if kind == "STEP_START":
+            self.started[step] = time.perf_counter()
+            if step in self.asset_steps:
+                self.log(f"[{self.label}] {step} ...")
+        elif kind == "ASSET_MATERIALIZATION":
+            meta = event.event_specific_data.materialization.metadata
+            self.counts[step] = {k: getattr(v, "value", v) for k, v in meta.items()}
+        elif kind == "STEP_SUCCESS":
+            seconds = time.perf_counter() - self.started.pop(step, time.perf_counter())
+            counts = [f"{k} {v}" for k, v in self.counts.pop(step, {}).items()
+                      if isinstance(v, int) and not isinstance(v, bool) and not k.endswith(("seconds", "_s", "_ms"))]
+            if step not in self.asset_steps:
+                self.log(f"[{self.label}] check {step} ok in {seconds:.1f} s")
+                return
+            self.log(f"[{self.label}] {step} done in {seconds:.1f} s"
+                     + (f": {', '.join(counts[:self.MAX_COUNTS])}" if counts else ""))
+        elif kind == "STEP_FAILURE":
+            error = getattr(event.event_specific_data, "error", None)
+            cause = error
+            while cause is not None and getattr(cause, "cause", None) is not None:
+                cause = cause.cause
+            why = " ".join((getattr(cause, "message", "") or "").split())
+            # on stderr: what failed is the error output of the build, and survives a quiet stdout
+            print(f"[{self.label}] {step} failed" + (f": {why[:300]}" if why else ""), file=sys.stderr, flush=True)
+
+
+@contextmanager
+def watching_events(instance: dg.DagsterInstance, callback):
+    """Calls `callback(entry)` for each event the in-process run stores through `instance`, as it
+    happens (dg.materialize takes no run id to subscribe with before the run starts)."""
+    original = instance.handle_new_event
+
+    def handle_new_event(event, *args, **kwargs):
+        callback(event)  # first: a failure whose event cannot be stored (a full disk) is still shown
+        original(event, *args, **kwargs)
+
+    instance.handle_new_event = handle_new_event
+    try:
+        yield
+    finally:
+        instance.__dict__.pop("handle_new_event", None)
+
+
 def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> dict:
     """Make the `sources` partitions equal to the sources file (removed sources lose theirs)."""
     name = sources_partitions.name
@@ -112,9 +189,12 @@ def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> di
 
 
 def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None,
-              force: bool = False, log=print, accept_quality_drop: bool = False) -> dict:
+              force: bool = False, log=print, accept_quality_drop: bool = False,
+              console_log_level: str = "WARNING") -> dict:
     """`accept_quality_drop`: the publishing run publishes even where the golden-query gate refuses
-    the candidate (index_manifest's config; the manifest records it)."""
+    the candidate (index_manifest's config; the manifest records it). `log` gets each stage's
+    start and end (counts, seconds) and the embedding's progress; `console_log_level`: Dagster's
+    own console logger (`mtrag build` silences it unless --debug: a failure is its one line)."""
     instance = dagster_instance(settings)
     sync_partitions(instance, specs)
     release_dead_runs(instance, log)
@@ -131,6 +211,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         # The embedder's fingerprint too: a new model or backend invalidates every source's vectors.
         targets, removed = changed_sources(settings, specs, resources["mtrag"].embedder().fingerprint_id)
     runs = {}
+    asset_steps = {key.path[-1] for a in ALL_ASSETS for key in a.keys}
     with ExitStack() as stack:
         for sid in targets:
             stack.enter_context(source_lock(settings, sid))
@@ -144,17 +225,23 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             log(f"source {sid}: {why}; rebuilding it ...")
             stack.enter_context(source_lock(settings, sid))
         targets = targets + list(lagging)
+        # A pinned sdist is fetched (or refused: a bad pin is one clear line) before any run starts.
+        by_id = {s.id: s for s in specs}
+        for sid in targets:
+            if by_id[sid].pip_sdist:
+                spec_root(settings, by_id[sid])
 
         def run(sid: str | None, publish: bool) -> str:
             """One in-process run: a source's partition, the links and the manifest, or both (the
             last source shares the publishing run: one run's fixed cost less per build)."""
             selection = (PARTITIONED_ASSETS if sid else []) + (GLOBAL_ASSETS if publish else [])
             marker = mark_dirty(settings, sid) if sid else None
-            run_config = QUIET
+            run_config = {"loggers": {"console": {"config": {"log_level": console_log_level}}}}
             if publish and accept_quality_drop:
-                run_config = {**QUIET, "ops": {"index_manifest": {"config": {"accept_quality_drop": True}}}}
-            result = dg.materialize(ALL_ASSETS + ALL_CHECKS, selection=selection, partition_key=sid,
-                                    instance=instance, resources=resources, tags=tags, run_config=run_config)
+                run_config = {**run_config, "ops": {"index_manifest": {"config": {"accept_quality_drop": True}}}}
+            with watching_events(instance, StageProgress(log, sid or "publish", asset_steps)):
+                result = dg.materialize(ALL_ASSETS + ALL_CHECKS, selection=selection, partition_key=sid,
+                                        instance=instance, resources=resources, tags=tags, run_config=run_config)
             if marker is not None:
                 marker.unlink(missing_ok=True)
             return result.run_id

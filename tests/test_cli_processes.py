@@ -79,9 +79,11 @@ def test_paths_prints_verified_call_chains(published):
     assert ["shopcart.cart.Cart", "shopcart.cart.BaseCart"] in chains
     assert all(e["type"] == "INHERITS" for p in result["paths"] for e in p["edges"])
 
-    out = mtrag("paths", "--from", "shopcart.nothing.here")
+    out = mtrag("paths", "--from", "shopcart.tax.lookup_rate")  # a symbol that calls nothing
     assert out.returncode == 0
     assert out.stdout.splitlines()[1:] == ["  (no verified path)"]
+    out = mtrag("paths", "--from", "shopcart.nothing.here")  # no such symbol: its nearest names (test_cli_errors.py)
+    assert out.returncode == 1 and "no such symbol" in out.stderr and out.stdout == ""
     out = mtrag("paths", "--from", "shopcart.cart.Cart.total", "--rel", "OWNS")
     assert out.returncode == 2 and "unknown relation type(s) ['OWNS']" in out.stderr
     out = mtrag("paths", "--from", "shopcart.cart.Cart.total", "--max-hops", "9")
@@ -105,8 +107,9 @@ def test_status_text_and_json(published):
 def test_status_of_a_home_without_a_generation_exits_1(tmp_path, published, monkeypatch):
     monkeypatch.setenv("MTRAG_HOME", str(tmp_path / "empty-home"))
     out = mtrag("status")
-    assert out.returncode == 1
-    assert out.stdout.strip() == "no published generation; run `mtrag build`"
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip() == f"mtrag: MTRAG_HOME={tmp_path / 'empty-home'} has no published generation; run mtrag build"
+    assert not (tmp_path / "empty-home").exists()  # a read command creates nothing
 
 
 def _http(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
@@ -148,7 +151,7 @@ def test_serve_answers_http_until_stopped_by_pid(published):
         assert code == 200 and answer["generation"] == 1
         assert answer["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
         code, answer = _http(base + "/v1/query", {"text": "apply tax", "mode": "telepathy"})
-        assert code == 400 and "telepathy" in answer["error"]
+        assert code == 422 and "telepathy" in answer["error"]["message"] and answer["error"]["field"] == "mode"
         code, answer = _http(base + "/v1/paths", {"from": "shopcart.cart.Cart.total", "rel": "CALLS", "max_hops": 1})
         assert code == 200 and [[n["qualified_name"] for n in p["nodes"]] for p in answer["paths"]] == \
             [["shopcart.cart.Cart.total", "shopcart.tax.apply_tax"]]

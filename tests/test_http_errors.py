@@ -1,8 +1,9 @@
 """The HTTP server's error statuses, each caused for real and read with a real HTTP client
-(http.client): 409 when the query embedder cannot embed for the published generation, 500 when
+(http.client): 409 when the query embedder cannot embed for the published generation, 503 when
 the published generation cannot be read (a corrupt CURRENT) or a store cannot be opened, and 200
 with the channel reported `stale` when only the graph is unreachable. An error answer is always a
-status and a JSON body, never a connection closed without a response."""
+status and a JSON body `{"error": {"code", "message"}}`, never a connection closed without a
+response."""
 from __future__ import annotations
 
 import http.client
@@ -61,10 +62,11 @@ def test_409_when_the_published_generation_was_embedded_by_another_model(publish
         try:
             for mode in ("dense", "hybrid", "bundles"):  # every mode that embeds the query
                 code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "mode": mode})
-                assert code == 409, (mode, body)
-                assert body["error"].startswith("the query embedder does not match the published generation's embedder: ")
-                assert f"model_id: query {manifest['embedder']['model_id']!r} vs manifest 'Qwen/Qwen3-Embedding-0.6B'" in body["error"]
-                assert "dim: query 384 vs manifest 1024" in body["error"]
+                assert code == 409 and body["error"]["code"] == "embedder_mismatch", (mode, body)
+                message = body["error"]["message"]
+                assert message.startswith("the query embedder does not match the published generation's embedder: ")
+                assert f"model_id: query {manifest['embedder']['model_id']!r} vs manifest 'Qwen/Qwen3-Embedding-0.6B'" in message
+                assert "dim: query 384 vs manifest 1024" in message
             # Channels that need no query vector still answer, from the new generation.
             code, body = call(port, "POST", "/v1/query", {"text": "税率", "mode": "lexical"})
             assert code == 200 and body["generation"] == other["generation"] and body["hits"]
@@ -76,7 +78,7 @@ def test_409_when_the_published_generation_was_embedded_by_another_model(publish
         assert code == 200 and body["generation"] == manifest["generation"] and body["hits"]
 
 
-def test_500_while_current_is_corrupt_and_200_once_it_is_repaired(published):
+def test_503_while_current_is_corrupt_and_200_once_it_is_repaired(published):
     path = current_path(settings().manifest_dir)
     good = path.read_text()
     with serving(published["home"]) as port:
@@ -87,8 +89,9 @@ def test_500_while_current_is_corrupt_and_200_once_it_is_repaired(published):
                                         ("POST", "/v1/paths", {"from": "shopcart.cart.Cart.total"}),
                                         ("GET", "/v1/status", None)):
                 code, answer = call(port, method, route, body)
-                assert code == 500, (route, answer)
-                assert answer == {"error": f"{path}: unexpected content 'manifest-latest.json'"}
+                assert code == 503, (route, answer)
+                assert answer == {"error": {"code": "unavailable",
+                                            "message": f"{path}: unexpected content 'manifest-latest.json'"}}
             assert call(port, "GET", "/healthz") == (200, {"ok": True})  # liveness reads no store
         finally:
             path.write_text(good)
@@ -96,7 +99,7 @@ def test_500_while_current_is_corrupt_and_200_once_it_is_repaired(published):
         assert code == 200 and answer["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
 
 
-def test_500_while_the_fts_store_cannot_be_opened_then_recovers(mtrag_env):
+def test_503_while_the_fts_store_cannot_be_opened_then_recovers(mtrag_env):
     build()
     fts = settings().fts_path
     aside = fts.parent.with_name("06-fts.aside")
@@ -106,10 +109,11 @@ def test_500_while_the_fts_store_cannot_be_opened_then_recovers(mtrag_env):
         with serving(mtrag_env["home"]) as port:
             for _ in range(2):  # the same answer each time, not a half-open reader afterwards
                 code, answer = call(port, "POST", "/v1/query", {"text": "apply tax", "mode": "lexical"})
-                assert code == 500, answer
-                assert answer["error"] == "internal error: OperationalError: unable to open database file"
+                assert code == 503, answer
+                assert answer["error"] == {"code": "unavailable",
+                                           "message": "store unavailable: OperationalError: unable to open database file"}
                 code, answer = call(port, "GET", "/v1/status")
-                assert code == 500 and "unable to open database file" in answer["error"]
+                assert code == 503 and "unable to open database file" in answer["error"]["message"]
             assert call(port, "GET", "/healthz")[0] == 200
             shutil.rmtree(fts.parent)
             aside.rename(fts.parent)

@@ -212,13 +212,15 @@ def test_http_contract(server, reader):
     code, body = _call(server + "/v1/query", {"text": "shopcart.tax.lookup_rate", "k": 3})
     assert code == 200 and body["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
     assert body == json.loads(json.dumps(reader.query("shopcart.tax.lookup_rate", k=3) | {"timings_ms": body["timings_ms"]}))
-    for bad in ({"text": ""}, {"text": "x", "mode": "bogus"}, {"text": "x", "evil": 1}, {"k": 3}):
+    for bad, field in (({"text": ""}, "text"), ({"text": "x", "mode": "bogus"}, "mode"),
+                       ({"text": "x", "evil": 1}, "evil"), ({"k": 3}, "text"), ({"text": "x", "k": True}, "k")):
         code, body = _call(server + "/v1/query", bad)
-        assert code == 400 and body["error"]
-    assert _call(server + "/v1/query", raw=b"{not json")[0] == 400
-    assert _call(server + "/v1/query", raw=b"[1]")[0] == 400
+        assert code == 422 and body["error"]["code"] == "unprocessable" and body["error"]["field"] == field, (bad, body)
+    code, body = _call(server + "/v1/query", raw=b"{not json")
+    assert code == 400 and body["error"]["code"] == "bad_request"
+    assert _call(server + "/v1/query", raw=b"[1]")[0] == 422
     code, body = _call(server + "/v1/query", raw=b'{"text": "' + b"a" * MAX_BODY_BYTES + b'"}')
-    assert code == 400 and "limit" in body["error"]
+    assert code == 413 and "limit" in body["error"]["message"]
     assert _call(server + "/../../etc/passwd")[0] == 404
     assert _call(server + "/v1/paths", {"from": "shopcart.cart.Cart.total", "rel": "CALLS"})[1]["paths"]
 

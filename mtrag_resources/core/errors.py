@@ -31,3 +31,9 @@ class StoreError(MtragError, RuntimeError):
 
 class PublishError(MtragError, RuntimeError):
     """A generation could not be published (the gate refused it, or a manifest is unreadable)."""
+
+
+class NotPublished(MtragError, LookupError):
+    """A read (query, paths, status) of a home with no published generation."""
+
+    http_status = 503

@@ -134,7 +134,8 @@ def fetch_sdist(requirement: str, sdist_dir: Path) -> Path:
                "--quiet", "-d", tmp, requirement]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SourceConfigError(f"pip_sdist {requirement!r}: pip download failed: {proc.stderr.strip()[-500:]}")
+            why = " ".join(proc.stderr.split())[-500:]  # one line: pip's own message, its tail
+            raise SourceConfigError(f"pip_sdist {requirement!r}: pip download failed: {why}")
         archives = [p for p in Path(tmp).iterdir() if p.name.endswith((".tar.gz", ".tgz"))]
         if not archives:
             raise SourceConfigError(f"pip_sdist {requirement!r}: no .tar.gz sdist was downloaded")

@@ -1,30 +1,80 @@
-"""HTTP front of the reader: POST /v1/query, POST /v1/paths, GET /v1/status, GET /healthz.
+"""HTTP front of the reader: POST /v1/query, POST /v1/paths, GET /v1/status, GET /healthz and
+GET /openapi.json (the OpenAPI 3.1 document of all of them, serving/openapi.py).
 
 Stdlib ThreadingHTTPServer: small, no extra dependency, and every limit is explicit - request
 size, socket timeout, loopback by default, an API key (compared in constant time) required for
-any other bind."""
+any other bind.
+
+Every error is a JSON body `{"error": {"code", "message", "field"?}}` with the status HTTP defines
+for it: 400 a body that is not JSON, 401 no or a wrong API key, 404 no such route, 405 (with
+`Allow`) a route asked with another method, 409 the query embedder is not the published
+generation's, 411 no Content-Length, 413 a body over MAX_BODY_BYTES, 415 a Content-Type that is
+not JSON, 422 a JSON body with an invalid field (`field` names it), 503 the published generation
+cannot be served (a manifest or store cannot be read), 500 only for a bug (its traceback goes to
+stderr). Each request writes one access-log line to stderr: method, path, status, milliseconds."""
 from __future__ import annotations
 
 import hmac
 import ipaddress
 import json
 import socket
+import sys
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from mtrag_resources.core.errors import ConfigError, MtragError
+from mtrag_resources.core.errors import BusyError, ConfigError, MtragError
+from mtrag_resources.serving import openapi
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
+from mtrag_resources.serving.requests import KINDS, MAX_K, MODES, PATH_RELATIONS, validate_text
 
 MAX_BODY_BYTES = 64 * 1024
 SOCKET_TIMEOUT_S = 30
 WORKERS = 32  # request threads; a stalled client holds one for at most SOCKET_TIMEOUT_S
 QUERY_FIELDS = {"text", "query", "k", "kind", "mode"}
 PATHS_FIELDS = {"from", "to", "rel", "direction", "max_hops", "verified_only", "limit"}
+MAX_PATHS_LIMIT = openapi.MAX_PATHS_LIMIT
+ROUTES = {"/v1/query": ("POST",), "/v1/paths": ("POST",), "/v1/status": ("GET",), "/healthz": ("GET",),
+          "/openapi.json": ("GET",)}
+# The code of each error status (the error body's `code`); a status not named here is "error".
+CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
+         411: "length_required", 413: "payload_too_large", 414: "uri_too_long", 415: "unsupported_media_type",
+         422: "unprocessable", 431: "headers_too_large", 500: "internal", 503: "unavailable",
+         505: "http_version_not_supported"}
 
 
-class BadRequest(MtragError, ValueError):
-    http_status = 400
+class HttpError(MtragError):
+    """An answer other than 200: its status, `code` (CODES by default), message and the request
+    field at fault (None: none), and extra response headers (`Allow`)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None, code: str | None = None,
+                 headers: dict | None = None):
+        super().__init__(message)
+        self.http_status = status
+        self.code = code or CODES.get(status, "error")
+        self.field = field
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        err = {"code": self.code, "message": str(self)}
+        if self.field is not None:
+            err["field"] = self.field
+        return {"error": err}
+
+
+class BadRequest(HttpError, ValueError):
+    """A body that is not JSON (400)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(400, message, field)
+
+
+class Unprocessable(HttpError, ValueError):
+    """Well-formed JSON with an invalid field (422)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(422, message, field)
 
 
 class UnsafeBind(ConfigError):
@@ -40,35 +90,166 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _as_http_error(exc: Exception) -> HttpError | None:
+    """The answer to an exception (None: a connection error, re-raised by the caller)."""
+    if isinstance(exc, HttpError):
+        return exc
+    if isinstance(exc, EmbedderMismatch):
+        return HttpError(409, str(exc), code="embedder_mismatch")
+    if isinstance(exc, QueryError):  # the reader refused a field value the body's checks let through
+        return HttpError(422, str(exc))
+    if isinstance(exc, BusyError):
+        return HttpError(409, str(exc))
+    if isinstance(exc, MtragError):  # mtrag refused to serve on purpose: a manifest, a store
+        return HttpError(503, str(exc)) if exc.http_status >= 500 else HttpError(exc.http_status, str(exc))
+    if isinstance(exc, (ConnectionError, TimeoutError)):  # the client left, or stalled past the socket timeout
+        return None
+    if _is_store_error(exc):  # a store cannot be opened or read
+        return HttpError(503, f"store unavailable: {type(exc).__name__}: {exc}")
+    traceback.print_exc()
+    return HttpError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _is_store_error(exc: Exception) -> bool:
+    """sqlite3's DatabaseError (OperationalError: a database that cannot be opened), told by its
+    class: serving imports no store client (.importlinter)."""
+    return any(c.__module__ == "sqlite3" and c.__name__ == "DatabaseError" for c in type(exc).__mro__)
+
+
+def _shown(value) -> str:
+    """A refused value for an error message: its JSON, at most 80 characters."""
+    try:
+        return json.dumps(value)[:80]
+    except (RecursionError, ValueError):  # nested past the encoder's depth, a huge number
+        return type(value).__name__
+
+
+def _int(body: dict, name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Unprocessable(f"{name} must be an integer from {low} to {high}, got {_shown(value)}", name)
+    if not low <= value <= high:
+        shown = value if abs(value) < 10**12 else "a larger number"  # str() of 10**5000 raises
+        raise Unprocessable(f"{name} must be an integer from {low} to {high}, got {shown}", name)
+    return value
+
+
+def _enum(body: dict, name: str, default, allowed, nullable: bool = False):
+    value = body.get(name, default)
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str) or value not in allowed:
+        raise Unprocessable(f"{name} {_shown(value)} is not one of {sorted(allowed)}", name)
+    return value
+
+
+def _text(value, name: str) -> str:
+    try:
+        return validate_text(value, name)
+    except QueryError as exc:
+        raise Unprocessable(str(exc), name) from exc
+
+
+def _no_unknown(body: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise Unprocessable(f"unknown field(s) {unknown}; allowed: {sorted(allowed)}", unknown[0])
+
+
+def query_args(body: dict) -> dict:
+    """The reader's query arguments from a /v1/query body; Unprocessable naming the field at fault."""
+    _no_unknown(body, QUERY_FIELDS)
+    if "text" in body and "query" in body:
+        raise Unprocessable("give the query as `text` or as `query`, not both", "query")
+    name = "text" if "text" in body else "query"
+    if name not in body:
+        raise Unprocessable("text is missing (the query, as `text` or `query`)", "text")
+    return {"text": _text(body[name], name), "k": _int(body, "k", 10, 1, MAX_K),
+            "kind": _enum(body, "kind", None, KINDS, nullable=True), "mode": _enum(body, "mode", "hybrid", MODES)}
+
+
+def paths_args(body: dict, max_hops_limit: int) -> dict:
+    """The reader's paths arguments from a /v1/paths body; Unprocessable naming the field at fault."""
+    _no_unknown(body, PATHS_FIELDS)
+    if "from" not in body:
+        raise Unprocessable("from is missing (the symbol the paths start from)", "from")
+    to = body.get("to")
+    rel = body.get("rel")
+    if isinstance(rel, str):
+        rel = [r.strip().upper() for r in rel.split(",") if r.strip()]
+    elif rel is not None and not (isinstance(rel, list) and all(isinstance(r, str) for r in rel)):
+        raise Unprocessable("rel must be a list of relation types or a comma-separated string", "rel")
+    bad = [r for r in (rel or []) if r not in PATH_RELATIONS]
+    if bad:
+        raise Unprocessable(f"unknown relation type(s) {[b[:40] for b in bad][:5]}; allowed: {list(PATH_RELATIONS)}",
+                            "rel")
+    verified_only = body.get("verified_only", True)
+    if not isinstance(verified_only, bool):
+        raise Unprocessable("verified_only must be true or false", "verified_only")
+    return {"from_name": _text(body["from"], "from"), "to_name": None if to is None else _text(to, "to"),
+            "rel_types": rel or None, "direction": _enum(body, "direction", "out", ("out", "in")),
+            "max_hops": _int(body, "max_hops", 4, 1, max_hops_limit), "verified_only": verified_only,
+            "limit": _int(body, "limit", 10, 1, MAX_PATHS_LIMIT)}
+
+
+def _printable(path: str, limit: int = 200) -> str:
+    """A request path fit for one log line: control characters escaped, at most `limit` characters."""
+    return path[:limit].encode("unicode_escape", "backslashreplace").decode("ascii", "replace")
+
+
 def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S):
+    max_hops_limit = getattr(reader, "max_hops_limit", openapi.MAX_HOPS)
+    document = json.dumps(openapi.document(max_hops_limit)).encode("utf-8")
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "mtrag"
         sys_version = ""
         timeout = socket_timeout  # a client that stalls mid-request is dropped after this
 
-        def log_message(self, fmt, *args):  # quiet by default; the access log is not our product
+        def log_message(self, fmt, *args):  # the stdlib's own lines; the access log is _log_access
             pass
 
-        def _send(self, status: int, body) -> None:
+        def log_request(self, code="-", size="-"):
+            self._status = int(code) if str(code).isdigit() else code
+
+        def handle_one_request(self):
+            self._started, self._status, self.requestline = time.monotonic(), None, ""
+            try:
+                super().handle_one_request()
+            finally:
+                if self._status is not None:
+                    self._log_access()
+
+        def _log_access(self) -> None:
+            ms = (time.monotonic() - self._started) * 1000
+            method = getattr(self, "command", None) or "-"
+            path = getattr(self, "path", None) or "-"
+            print(f"mtrag-http {self.client_address[0]} {_printable(method, 20)} {_printable(path)} "
+                  f"{self._status} {ms:.1f}ms", file=sys.stderr, flush=True)
+
+        def send_error(self, code, message=None, explain=None):
+            """The stdlib's own refusals (a bad request line, 414, 431, 505) as JSON error bodies."""
+            self.close_connection = True
+            self._send(int(code), HttpError(int(code), message or explain or "request refused").body())
+
+        def _send(self, status: int, body, headers: dict | None = None) -> None:
             if hasattr(body, "to_dict"):  # the reader's typed results (serving/results.py)
                 body = body.to_dict()
-            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            data = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            if getattr(self, "command", None) != "HEAD":
+                self.wfile.write(data)
 
-        def _fail(self, exc: Exception) -> None:
-            """A failure the request did not cause (a corrupt CURRENT, a store gone): the error's
-            status (500 unless it names another) and its message, not a connection closed without a
-            response; an unexpected one's traceback goes to stderr."""
-            if isinstance(exc, MtragError):
-                return self._send(exc.http_status, {"error": str(exc)})
-            if isinstance(exc, (ConnectionError, TimeoutError)):  # the client left, or stalled past the socket timeout
+        def _refuse(self, exc: Exception) -> None:
+            err = _as_http_error(exc)
+            if err is None:
                 raise exc
-            traceback.print_exc()
-            return self._send(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+            self._send(err.http_status, err.body(), err.headers)
 
         def _authorized(self) -> bool:
             if not api_key:
@@ -81,71 +262,63 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
 
         def _body(self) -> dict:
             length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                raise BadRequest("Content-Length is required")
-            if int(length) > MAX_BODY_BYTES:
-                raise BadRequest(f"request body is {length} bytes; the limit is {MAX_BODY_BYTES}")
+            if length is None:
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    raise HttpError(411, "Content-Length is required (chunked bodies are not read)")
+                raise HttpError(411, "Content-Length is required")
+            if not length.isdigit() or not length.isascii():
+                raise BadRequest(f"Content-Length {length[:40]!r} is not a number of bytes")
+            if len(length.lstrip("0")) > 12 or int(length) > MAX_BODY_BYTES:  # no int() of 5000 digits
+                raise HttpError(413, f"request body is {length[:40]} bytes; the limit is {MAX_BODY_BYTES}")
             raw = self.rfile.read(int(length))
+            ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip().lower()
+            if ctype != "application/json" and not ctype.endswith("+json"):
+                raise HttpError(415, f"Content-Type {ctype[:80]!r} is not application/json")
             try:
                 body = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a 5000-digit number, deep nesting
                 raise BadRequest(f"body is not JSON: {exc}") from exc
             if not isinstance(body, dict):
-                raise BadRequest("body must be a JSON object")
+                raise Unprocessable(f"body must be a JSON object, not {type(body).__name__}")
             return body
 
-        def do_GET(self):
+        def _route(self) -> None:
+            path = self.path.split("?", 1)[0]
+            methods = ROUTES.get(path)
             if not self._authorized():
-                return self._send(401, {"error": "missing or wrong API key"})
-            if self.path == "/healthz":
+                raise HttpError(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
+            if methods is None:
+                raise HttpError(404, f"no route {self.command[:20]} {self.path[:100]}")
+            method = "GET" if self.command == "HEAD" else self.command
+            if method not in methods:
+                raise HttpError(405, f"{path} takes {', '.join(methods)}, not {self.command[:20]}",
+                                headers={"Allow": ", ".join(methods)})
+            if path == "/healthz":
                 return self._send(200, {"ok": True})
-            if self.path == "/v1/status":
-                try:
-                    status = reader.status()
-                except Exception as exc:  # noqa: BLE001 - answered with a status, see _fail
-                    return self._fail(exc)
-                return self._send(200, status)
-            return self._send(404, {"error": f"no route GET {self.path[:100]}"})
+            if path == "/openapi.json":
+                return self._send(200, document)
+            if path == "/v1/status":
+                return self._send(200, reader.status())
+            body = self._body()
+            if path == "/v1/query":
+                return self._send(200, reader.query(**query_args(body)))
+            args = paths_args(body, max_hops_limit)
+            return self._send(200, reader.paths(args["from_name"], args["to_name"], args["rel_types"],
+                                                args["direction"], args["max_hops"], args["verified_only"],
+                                                args["limit"]))
 
-        def do_POST(self):
-            if not self._authorized():
-                return self._send(401, {"error": "missing or wrong API key"})
+        def _dispatch(self) -> None:
             try:
-                if self.path == "/v1/query":
-                    body = self._body()
-                    _no_unknown(body, QUERY_FIELDS)
-                    text = body.get("text", body.get("query"))
-                    return self._send(200, reader.query(text, k=body.get("k", 10), kind=body.get("kind"),
-                                                        mode=body.get("mode", "hybrid")))
-                if self.path == "/v1/paths":
-                    body = self._body()
-                    _no_unknown(body, PATHS_FIELDS)
-                    rel = body.get("rel")
-                    if isinstance(rel, str):
-                        rel = [r.strip().upper() for r in rel.split(",") if r.strip()]
-                    return self._send(200, reader.paths(body.get("from"), body.get("to"), rel,
-                                                        body.get("direction", "out"), body.get("max_hops", 4),
-                                                        bool(body.get("verified_only", True)),
-                                                        int(body.get("limit", 10))))
-                return self._send(404, {"error": f"no route POST {self.path[:100]}"})
-            except (BadRequest, QueryError) as exc:
-                return self._send(400, {"error": str(exc)})
-            except EmbedderMismatch as exc:
-                return self._send(409, {"error": str(exc)})
-            except MtragError as exc:
-                return self._send(exc.http_status, {"error": str(exc)})
-            except (TypeError, ValueError) as exc:
-                return self._send(400, {"error": f"bad request: {exc}"})
-            except Exception as exc:  # noqa: BLE001 - answered with a status, see _fail
-                return self._fail(exc)
+                self._route()
+            except Exception as exc:  # noqa: BLE001 - every failure is answered with a status, see _as_http_error
+                self._refuse(exc)
+
+        def __getattr__(self, name: str):
+            if name.startswith("do_"):  # every method, so none gets the stdlib's HTML 501
+                return self._dispatch
+            raise AttributeError(name)
 
     return Handler
-
-
-def _no_unknown(body: dict, allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise BadRequest(f"unknown field(s) {unknown}; allowed: {sorted(allowed)}")
 
 
 class Server(ThreadingHTTPServer):

@@ -19,6 +19,7 @@ the plain dicts."""
 from __future__ import annotations
 
 import contextlib
+import difflib
 import shutil
 import threading
 import time
@@ -41,7 +42,8 @@ from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
 from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, preprocess_query, prose_of
 from mtrag_resources.serving.channels import MAX_QUERY_IDENTIFIERS
-from mtrag_resources.serving.requests import KINDS, MAX_K, MODES, PATH_RELATIONS, QueryError, validate_text  # noqa: F401  (QueryError: part of the reader's API)
+from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSymbol: part of the reader's API)
+    KINDS, MAX_K, MODES, PATH_RELATIONS, QueryError, UnknownSymbol, check_paths, check_query, validate_text)
 from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
@@ -316,13 +318,7 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ query
     def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> dict:
-        text = validate_text(text)
-        if mode not in MODES:
-            raise QueryError(f"mode {mode!r} is not one of {sorted(MODES)}")
-        if kind is not None and kind not in KINDS:
-            raise QueryError(f"kind {kind!r} is not one of {list(KINDS)}")
-        if not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise QueryError(f"k must be an integer from 1 to {MAX_K}, got {k!r}")
+        text = check_query(text, k, kind, mode)
         with self._published_view():
             return self._query(text, k, kind, mode)
 
@@ -547,16 +543,7 @@ class ReaderCore:
 
     def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
               direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10) -> dict:
-        from_name = validate_text(from_name, "from")
-        if to_name is not None:
-            to_name = validate_text(to_name, "to")
-        if direction not in ("out", "in"):
-            raise QueryError(f"direction {direction!r} must be 'out' or 'in'")
-        if not isinstance(max_hops, int) or not 1 <= max_hops <= self.max_hops_limit:
-            raise QueryError(f"max_hops must be from 1 to {self.max_hops_limit}, got {max_hops!r}")
-        bad = [r for r in (rel_types or []) if r not in PATH_RELATIONS]
-        if bad:
-            raise QueryError(f"unknown relation type(s) {bad}; allowed: {list(PATH_RELATIONS)}")
+        from_name, to_name = check_paths(from_name, to_name, rel_types, direction, max_hops, self.max_hops_limit)
         with self._published_view():
             state = self._gate_now()
             out = {"generation": state.generation, "from": from_name, "to": to_name, "paths": [],
@@ -576,6 +563,40 @@ class ReaderCore:
             if out["paths"] and not self._graph_unchanged(state):
                 out["paths"] = []
                 out["stale"].append(GRAPH_MOVED)
+            return out
+
+    def symbol_lookup(self, name: str, limit: int = 5) -> dict:
+        """Is `name` a symbol of the published generation (a graph entity by node id, qualified
+        name or name; without the graph, an FTS `symbol` alias)? And the nearest symbol names:
+        the FTS store's last-part matches, then an FTS search of code chunks (at most `limit`).
+        `{"generation", "known", "nearest"}`; `known` is None when nothing is published."""
+        name = validate_text(name, "symbol")
+        with self._published_view():
+            state = self._gate_now()
+            out = {"generation": state.generation, "known": None, "nearest": []}
+            if state.generation is None or self._fts is None:
+                return out
+            neo = self._neo4j
+            known = None
+            if neo is not None:
+                try:
+                    known = bool(neo.resolve_anchors([name], limit=1))
+                except Exception:  # noqa: BLE001 - the FTS store answers instead
+                    known = None
+            exact = self._fts.exact(name, k=50)
+            if known is None:
+                known = any(e["match"] == "exact" and e["alias_kind"] in ("symbol", "graph_id") for e in exact)
+            # candidates: same last part, then an FTS search of code; ranked by likeness to the name
+            last_part = [e["symbol"] for e in exact if e.get("symbol")]
+            hits = self._fts.search(name, k=50, source_kind="code")
+            rows = self._fts.get_chunks([h["chunk_id"] for h in hits])
+            found = [(rows.get(h["chunk_id"]) or {}).get("symbol") for h in hits]
+            candidates = [c for c in dict.fromkeys(last_part + found) if c and c != name]
+            nearest = sorted(candidates, key=lambda c: -difflib.SequenceMatcher(None, name, c).ratio())[:limit]
+            if len(nearest) < limit:  # nothing alike by words: the closest spellings of every symbol
+                others = [c for c in self._fts.symbol_names() if c != name and c not in nearest]
+                nearest += difflib.get_close_matches(name, others, n=limit - len(nearest), cutoff=0.0)
+            out.update(known=known, nearest=nearest)
             return out
 
     # ------------------------------------------------------------------ bundles (seed 002)
@@ -663,6 +684,12 @@ class IndexReader:
         raises QueryError for bad input."""
         return PathsAnswer.from_dict(
             self._core().paths(from_name, to_name, rel_types, direction, max_hops, verified_only, limit))
+
+    def symbol_lookup(self, name: str, limit: int = 5) -> dict:
+        """`{"generation", "known", "nearest"}`: whether `name` is a symbol of the published
+        generation, and up to `limit` nearest symbol names (`mtrag paths` says them for an
+        unknown `--from`/`--to`)."""
+        return self._core().symbol_lookup(name, limit)
 
     def status(self) -> Status:
         """The published generation, each store's marker per source, and the stale channels, as a

@@ -32,3 +32,38 @@ def validate_text(text, name: str = "query") -> str:
     if "\x00" in text:
         raise QueryError(f"{name} contains a NUL character")
     return text
+
+
+def check_query(text, k, kind, mode) -> str:
+    """A query request's arguments, refused with the input and its allowed values; the text,
+    stripped. The reader and the CLI (before it opens anything) both call it."""
+    text = validate_text(text)
+    if mode not in MODES:
+        raise QueryError(f"mode {mode!r} is not one of {sorted(MODES)}")
+    if kind is not None and kind not in KINDS:
+        raise QueryError(f"kind {kind!r} is not one of {list(KINDS)}")
+    if not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise QueryError(f"k must be an integer from 1 to {MAX_K}, got {k!r}")
+    return text
+
+
+def check_paths(from_name, to_name, rel_types, direction, max_hops, max_hops_limit: int = 6) -> tuple[str, str | None]:
+    """A paths request's arguments, refused with the input and its allowed values; (from, to), stripped."""
+    from_name = validate_text(from_name, "from")
+    if to_name is not None:
+        to_name = validate_text(to_name, "to")
+    if direction not in ("out", "in"):
+        raise QueryError(f"direction {direction!r} must be 'out' or 'in'")
+    if not isinstance(max_hops, int) or not 1 <= max_hops <= max_hops_limit:
+        raise QueryError(f"max_hops must be from 1 to {max_hops_limit}, got {max_hops!r}")
+    bad = [r for r in (rel_types or []) if r not in PATH_RELATIONS]
+    if bad:
+        raise QueryError(f"unknown relation type(s) {bad}; allowed: {list(PATH_RELATIONS)}")
+    return from_name, to_name
+
+
+class UnknownSymbol(MtragError, LookupError):
+    """`paths --from NAME` (or `--to`) names no symbol of the published generation."""
+
+    exit_code = 1
+    http_status = 404

@@ -546,6 +546,12 @@ class FtsStore:
                                     "match": "last_part", "symbol": r["symbol"]})
         return out[:k]
 
+    def symbol_names(self, limit: int = 200_000) -> list[str]:
+        """The distinct code symbols of the stored chunks (at most `limit`), sorted."""
+        with self._read() as conn:
+            return [r["symbol"] for r in conn.execute(
+                "SELECT DISTINCT symbol FROM chunks WHERE symbol != '' AND source_kind = 'code' ORDER BY symbol LIMIT ?", (int(limit),))]
+
     # ------------------------------------------------------------------ rows
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, dict]:
         ids = list(dict.fromkeys(c for c in chunk_ids if c))
