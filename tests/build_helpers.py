@@ -49,3 +49,18 @@ def wait_stopped(proc, timeout: float = 300) -> None:
         time.sleep(0.1)
     proc.kill()
     pytest.fail("the build never reached its fault point")
+
+
+def finish(proc, timeout: float = 400) -> tuple[int, str, str]:
+    """(returncode, stdout, stderr) of a process started with text pipes; a process still running
+    after `timeout` is killed and fails the test."""
+    import subprocess
+
+    import pytest
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"process did not finish in {timeout} s:\n{out[-2000:]}\n{err[-3000:]}")
+    return proc.returncode, out, err

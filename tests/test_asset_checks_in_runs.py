@@ -18,7 +18,7 @@ from mtrag_resources.publish.manifest import current_path, load_current
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stores.fts_store import FtsStore
 from mtrag_resources.stores.tables import read_rows
-from tests.build_helpers import build, settings, wait_stopped
+from tests.build_helpers import build, finish, settings, wait_stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
@@ -86,12 +86,7 @@ def test_failing_blocking_check_skips_index_manifest_in_its_run(mtrag_env):
         _drop_fts_children("shop", 2)
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-    try:
-        out, err = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"build did not finish: {err[-3000:]}")
+    _, out, err = finish(proc, timeout=600)
     assert proc.returncode != 0
     assert "blocking asset check failed" in err and "counts_reconcile" in err, err[-3000:]
 

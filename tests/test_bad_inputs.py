@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,6 +33,7 @@ from mtrag_resources.stores.connect import open_fts, open_neo4j
 from mtrag_resources.stores.tables import read_rows
 from tests.conftest import _point_env_at, _wipe_neo4j
 from tests.corpus import write_corpus
+from tests.http_helpers import running_server
 
 REPO = Path(__file__).resolve().parents[1]
 SOCKET_TIMEOUT = 3.0  # the HTTP tests' server drops a stalled client after this
@@ -395,12 +395,8 @@ def test_identifiers_and_queries_with_cypher_sql_fts_syntax_are_inert(hostile):
 
 @pytest.fixture(scope="module")
 def server(hostile):
-    srv = make_server(hostile["reader"], "127.0.0.1", 0, socket_timeout=SOCKET_TIMEOUT)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with running_server(hostile["reader"], socket_timeout=SOCKET_TIMEOUT) as srv:
+        yield srv
 
 
 def _url(srv, path: str) -> str:
@@ -499,23 +495,19 @@ def test_stalled_client_does_not_hold_the_server_and_is_dropped(server, hostile)
     connections get no answer while the socket timeout has not passed, and are closed once it has."""
     # A server whose socket timeout cannot pass during the test: whatever this machine's speed,
     # both connections must still be open (no answer, no EOF) after the other requests were served.
-    patient = make_server(hostile["reader"], "127.0.0.1", 0, socket_timeout=600)
-    thread = threading.Thread(target=patient.serve_forever, daemon=True)
-    thread.start()
-    stalled, idle = _stall(patient.server_address[1])
-    try:
-        assert _call(_url(patient, "/healthz")) == (200, {"ok": True})
-        code, body = _call(_url(patient, "/v1/query"), {"text": "shopcart.tax.lookup_rate", "mode": "exact"})
-        assert code == 200 and body["hits"]
-        for sock in (stalled, idle):
-            sock.setblocking(False)
-            with pytest.raises(BlockingIOError):
-                sock.recv(1)
-    finally:
-        stalled.close()
-        idle.close()
-        patient.shutdown()
-        patient.server_close()
+    with running_server(hostile["reader"], socket_timeout=600) as patient:
+        stalled, idle = _stall(patient.server_address[1])
+        try:
+            assert _call(_url(patient, "/healthz")) == (200, {"ok": True})
+            code, body = _call(_url(patient, "/v1/query"), {"text": "shopcart.tax.lookup_rate", "mode": "exact"})
+            assert code == 200 and body["hits"]
+            for sock in (stalled, idle):
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    sock.recv(1)
+        finally:
+            stalled.close()
+            idle.close()
     # The module's server (SOCKET_TIMEOUT) closes such connections, with no answer; recv's own
     # timeout is only there so that a server that never closes them fails instead of hanging.
     stalled, idle = _stall(server.server_address[1])
@@ -551,10 +543,7 @@ def test_loopback_default_and_api_key(hostile, monkeypatch):
 
     monkeypatch.setattr(mhttp.hmac, "compare_digest", spy)
     key = "s3cret-key-0123456789"
-    srv = make_server(reader, "0.0.0.0", 0, api_key=key)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running_server(reader, "0.0.0.0", api_key=key) as srv:
         base = f"http://127.0.0.1:{srv.server_address[1]}"
         assert _call(base + "/v1/status")[0] == 401
         assert _call(base + "/v1/query", {"text": "tax"})[0] == 401
@@ -567,6 +556,3 @@ def test_loopback_default_and_api_key(hostile, monkeypatch):
         assert raw.split(b" ", 2)[1] == b"200"
         assert calls and all(isinstance(a, bytes) and isinstance(b, bytes) for a, b in calls)
         assert all(b == key.encode() for _, b in calls)
-    finally:
-        srv.shutdown()
-        srv.server_close()

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from mtrag_resources.publish.manifest import load_current
-from tests.build_helpers import build, latest_metadata, settings, wait_stopped
+from tests.build_helpers import build, finish, latest_metadata, settings, wait_stopped
 
 REPO = Path(__file__).resolve().parents[1]
 MTRAG = str(Path(sys.executable).with_name("mtrag"))
@@ -83,12 +83,7 @@ def test_release_dead_runs_frees_a_killed_builds_run_and_pool_slot_only(mtrag_en
         assert instance.get_run_by_id(live.run_id).status == dg.DagsterRunStatus.STARTED
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-    try:
-        out, err = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"the live build did not finish: {err[-3000:]}")
+    _, out, err = finish(proc, timeout=600)
     assert proc.returncode == 0, err[-3000:]
     assert instance.get_run_by_id(live.run_id).status == dg.DagsterRunStatus.SUCCESS
     assert "built ['shop']" in out and "published generation 2" in out

@@ -27,7 +27,7 @@ from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.neo4j_server import Neo4jServer
 from mtrag_resources.serving.reader import IndexReader
-from tests.build_helpers import build, wait_stopped
+from tests.build_helpers import build, finish, wait_stopped
 from tests.corpus import write_corpus
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and SIGSTOP")
@@ -146,16 +146,6 @@ def start_cli(*args: str, fault: str | None = None, stop: bool = False) -> subpr
                             stderr=subprocess.PIPE, text=True)
 
 
-
-
-def finish(proc: subprocess.Popen, timeout: float = 400) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"process did not finish in {timeout} s:\n{out[-2000:]}\n{err[-3000:]}")
-    return proc.returncode, out, err
 
 
 def stale_pairs(status: dict) -> dict[tuple[str, str], str]:

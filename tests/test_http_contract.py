@@ -10,8 +10,6 @@ import dataclasses
 import http.client
 import json
 import socket
-import threading
-from contextlib import contextmanager
 
 import pytest
 import schemathesis
@@ -24,6 +22,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
 from mtrag_resources.serving import http as mhttp
 from mtrag_resources.serving import openapi, results
 from mtrag_resources.serving.http import make_server
+from tests.http_helpers import running_server
 
 
 # ------------------------------------------------------------------ the document
@@ -83,18 +82,6 @@ class _StubReader:
         return {"generation": None, "from": args[0], "to": args[1], "paths": [], "stale": []}
 
 
-@contextmanager
-def _serving(reader):
-    server = make_server(reader, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _request(port, method, path, body: bytes | None = None, headers: dict | None = None):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
@@ -127,7 +114,8 @@ JSON = {"Content-Type": "application/json"}
 @pytest.mark.unit
 def test_statuses_and_error_bodies(capsys):
     reader = _StubReader()
-    with _serving(reader) as port:
+    with running_server(reader) as server:
+        port = server.server_address[1]
         code, body, resp = _request(port, "GET", "/v1/query")
         assert (code, _error(body)["code"], resp.getheader("Allow")) == (405, "method_not_allowed", "POST")
         for method in ("PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "BREW"):
@@ -191,17 +179,11 @@ def test_statuses_and_error_bodies(capsys):
 def test_api_key_refusal_is_a_json_401():
     with pytest.raises(mhttp.UnsafeBind):
         make_server(_StubReader(), "0.0.0.0", 0)
-    server = make_server(_StubReader(), "127.0.0.1", 0, api_key="k")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running_server(_StubReader(), api_key="k") as server:
         port = server.server_address[1]
         code, body, resp = _request(port, "GET", "/openapi.json")
         assert code == 401 and _error(body)["code"] == "unauthorized" and resp.getheader("WWW-Authenticate")
         assert _request(port, "GET", "/openapi.json", headers={"X-API-Key": "k"})[0] == 200
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # ------------------------------------------------------------------ the running server (schemathesis)
@@ -216,14 +198,10 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 def base_url(published):
     from mtrag_resources.serving.reader import IndexReader
     reader = IndexReader(home=str(published["home"]), log_proposals=False)
-    server = make_server(reader, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        with running_server(reader) as server:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
-        server.shutdown()
-        server.server_close()
         reader.close()
 
 

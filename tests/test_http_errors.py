@@ -10,15 +10,14 @@ import http.client
 import json
 import shutil
 import socket
-import threading
 from contextlib import contextmanager
 
 import pytest
 
 from mtrag_resources.publish.manifest import current_path, load_current, publish
-from mtrag_resources.serving.http import make_server
 from mtrag_resources.serving.reader import IndexReader
 from tests.build_helpers import build, settings
+from tests.http_helpers import running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
@@ -26,14 +25,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 @contextmanager
 def serving(home):
     reader = IndexReader(home=str(home), log_proposals=False)
-    server = make_server(reader, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield server.server_address[1]
+        with running_server(reader) as server:
+            yield server.server_address[1]
     finally:
-        server.shutdown()
-        server.server_close()
         reader.close()
 
 

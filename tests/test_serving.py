@@ -12,6 +12,7 @@ from mtrag_resources.publish.manifest import load_current, publish
 from mtrag_resources.serving.http import MAX_BODY_BYTES, UnsafeBind, make_server
 from mtrag_resources.serving.reader import EmbedderMismatch, IndexReader, QueryError
 from tests.build_helpers import settings
+from tests.http_helpers import running_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
@@ -186,12 +187,8 @@ def test_status_json_shape(reader):
 
 @pytest.fixture(scope="module")
 def server(reader):
-    srv = make_server(reader, "127.0.0.1", 0)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    with running_server(reader) as srv:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
 
 
 def _call(url, body=None, raw: bytes | None = None):
@@ -228,18 +225,12 @@ def test_http_contract(server, reader):
 def test_api_key_required_beyond_loopback(reader):
     with pytest.raises(UnsafeBind, match="MTRAG_API_KEY"):
         make_server(reader, "0.0.0.0", 0)
-    srv = make_server(reader, "127.0.0.1", 0, api_key="s3cret")
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running_server(reader, api_key="s3cret") as srv:
         url = f"http://127.0.0.1:{srv.server_address[1]}/v1/status"
         assert _call(url)[0] == 401
         req = urllib.request.Request(url, headers={"X-API-Key": "s3cret"})
         with urllib.request.urlopen(req, timeout=30) as resp:
             assert resp.status == 200
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_embedder_mismatch_is_refused(published, reader):
