@@ -16,6 +16,12 @@ def sha256_hex(data: bytes | str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def cjk_children(rows: list[dict]) -> list[dict]:
+    """The child chunk rows the multilingual embedder embeds as well (script "cjk"): the embedding
+    stage, the Qdrant stage and the publish gate count the same ones."""
+    return [r for r in rows if r["role"] == "child" and r.get("script") == "cjk"]
+
+
 def vector_hash(row: dict) -> str:
     """The CAS hash of the text a chunk row's vector embeds: `embed_hash`, else `content_hash`."""
     return row.get("embed_hash") or row["content_hash"]

@@ -17,18 +17,21 @@ MIN_CJK_CHARS = 8
 MIN_QUERY_CJK_SHARE = 0.5
 
 
-def cjk_share(text: str) -> float:
+def _cjk_counts(text: str) -> tuple[int, float]:
+    """(CJK characters, their share of CJK characters + other words)."""
     cjk = len(_CJK.findall(text))
     total = cjk + len(_WORD.findall(text))
-    return cjk / total if total else 0.0
+    return cjk, (cjk / total if total else 0.0)
 
 
 def is_cjk_text(text: str) -> bool:
-    return len(_CJK.findall(text)) >= MIN_CJK_CHARS and cjk_share(text) >= MIN_CJK_SHARE
+    cjk, share = _cjk_counts(text)
+    return cjk >= MIN_CJK_CHARS and share >= MIN_CJK_SHARE
 
 
 def is_cjk_query(text: str) -> bool:
-    return len(_CJK.findall(text)) >= 2 and cjk_share(text) >= MIN_QUERY_CJK_SHARE
+    cjk, share = _cjk_counts(text)
+    return cjk >= 2 and share >= MIN_QUERY_CJK_SHARE
 
 
 def script_of(text: str) -> str:

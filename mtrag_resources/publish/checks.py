@@ -8,7 +8,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.core.layout import SourceLayout, read_state
-from mtrag_resources.core.models import vector_hash
+from mtrag_resources.core.models import cjk_children, vector_hash
 from mtrag_resources.stores.tables import read_rows
 
 CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")
@@ -44,9 +44,6 @@ def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerpr
             check_parents(spec.id, rows)]
 
 
-def _cjk_children(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r["role"] == "child" and r.get("script") == "cjk"]
-
 
 def check_markers(source_id: str, view: StoreView, generation: str) -> CheckOutcome:
     lagging = {store: (m.generation, m.state) if m else None for store, m in view.markers.items()
@@ -66,7 +63,7 @@ def check_counts(source_id: str, view: StoreView, rows: list[dict]) -> CheckOutc
     ok = (children == view.qdrant_points == counts["fts_child_rows"]
           and parents == counts["fts_parent_rows"] and len(rows) == view.neo4j_chunk_nodes)
     if view.qdrant_ml_points is not None:
-        counts.update(chunk_table_cjk_children=len(_cjk_children(rows)), qdrant_ml_points=view.qdrant_ml_points)
+        counts.update(chunk_table_cjk_children=len(cjk_children(rows)), qdrant_ml_points=view.qdrant_ml_points)
         ok = ok and counts["chunk_table_cjk_children"] == view.qdrant_ml_points
     return CheckOutcome("counts_reconcile", source_id, ok,
                         "chunk table, Qdrant, FTS and Neo4j agree" if ok else f"counts differ: {counts}", counts)
@@ -77,7 +74,7 @@ def check_embedder(settings: Settings, source_id: str, view: StoreView, rows: li
     cache = EmbeddingCache(settings.embeddings_dir)
     hashes = sorted({vector_hash(r) for r in rows if r["role"] == "child"})  # a code child's embedding text
     missing = cache.missing(fingerprint_id, hashes)
-    ml_hashes = sorted({r["content_hash"] for r in _cjk_children(rows)}) if ml_fingerprint_id else []
+    ml_hashes = sorted({r["content_hash"] for r in cjk_children(rows)}) if ml_fingerprint_id else []
     ml_missing = cache.missing(ml_fingerprint_id, ml_hashes) if ml_hashes else []
     if ml_missing:
         return CheckOutcome("embedder_fingerprint", source_id, False,

@@ -64,12 +64,13 @@ def doc_to_code_bridge(neo, fts, manifest: dict, hits: list[dict], state: GateSt
     return out[:BRIDGE_CAP], proposals
 
 
-def resolve_identifier(fts, ident: str, allowed: set[str]) -> str | None:
+def resolve_identifier(fts, ident: str, found: list[dict], allowed: set[str]) -> str | None:
     """The one code chunk an identifier written in prose names, or None when it names none or
     several: an exact alias (written the same way when case alone tells two apart, all chunks of
     one symbol counting once), else a symbol that ends with the identifier's dotted tail and starts
-    with its package (`click.Context.invoke` is re-exported `click.core.Context.invoke`)."""
-    found = [h for h in fts.exact(ident, k=8) if h["source_id"] in allowed]
+    with its package (`click.Context.invoke` is re-exported `click.core.Context.invoke`). `found`:
+    the store's exact lookup of `ident` (channels.AliasLookups)."""
+    found = [h for h in found if h["source_id"] in allowed]
     exact = [h for h in found if h["match"] == "exact"]
     if len({h["alias"] for h in exact}) > 1:
         exact = [h for h in exact if h["alias"] == ident] or exact

@@ -54,18 +54,37 @@ def dense(store, lock: threading.Lock, qvec, k: int, kinds: list[str], sources: 
     return found_all, kind_of
 
 
+class AliasLookups:
+    """The exact-alias lookups of one query's identifiers, each asked of the store once: the exact
+    channel and the bridge both resolve the identifiers a query writes."""
+
+    K = 8  # enough to tell one symbol from several and to keep the last-part candidates
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self._hits: dict[str, list[dict]] = {}
+
+    def __call__(self, ident: str) -> list[dict]:
+        if ident not in self._hits:
+            self._hits[ident] = self.store.exact(ident, k=self.K)
+        return self._hits[ident]
+
+
 def exact(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[str]:
     return [h["chunk_id"] for h in exact_hits(store, text, k, kind, sources, stale)]
 
 
-def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[dict]:
+def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str],
+               lookups: AliasLookups | None = None) -> list[dict]:
     """Chunks named exactly by the query, then by each identifier written in it (a pasted doc
     section names the symbols it is about), in the order the query names them."""
+    lookups = lookups or AliasLookups(store)
     hits = store.exact(text, k=max(k, 20))
     for ident in identifiers_in(text)[:MAX_QUERY_IDENTIFIERS]:
         if ident != text:
-            # only what the identifier names exactly; a guess on its last part would be noise here
-            hits.extend(h for h in store.exact(ident, k=3) if h["match"] == "exact")
+            # only what the identifier names exactly (at most 3 chunks); a guess on its last part
+            # would be noise here
+            hits.extend([h for h in lookups(ident) if h["match"] == "exact"][:3])
     out, seen = [], set()
     for h in hits:
         if h["chunk_id"] in seen or h["source_id"] not in sources or h["source_id"] in stale:

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from mtrag_resources.core.errors import BusyError, ConfigError, MtragError
+from mtrag_resources.stores.contract import is_store_failure
 from mtrag_resources.serving import openapi
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
 from mtrag_resources.serving.requests import KINDS, MAX_K, MODES, PATH_RELATIONS, validate_text
@@ -104,16 +105,10 @@ def _as_http_error(exc: Exception) -> HttpError | None:
         return HttpError(503, str(exc)) if exc.http_status >= 500 else HttpError(exc.http_status, str(exc))
     if isinstance(exc, (ConnectionError, TimeoutError)):  # the client left, or stalled past the socket timeout
         return None
-    if _is_store_error(exc):  # a store cannot be opened or read
+    if is_store_failure(exc):  # a store cannot be opened or read
         return HttpError(503, f"store unavailable: {type(exc).__name__}: {exc}")
     traceback.print_exc()
     return HttpError(500, f"internal error: {type(exc).__name__}: {exc}")
-
-
-def _is_store_error(exc: Exception) -> bool:
-    """sqlite3's DatabaseError (OperationalError: a database that cannot be opened), told by its
-    class: serving imports no store client (.importlinter)."""
-    return any(c.__module__ == "sqlite3" and c.__name__ == "DatabaseError" for c in type(exc).__mro__)
 
 
 def _shown(value) -> str:

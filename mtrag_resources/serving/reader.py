@@ -41,9 +41,8 @@ from mtrag_resources.publish.golden import load_refusal
 from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
 from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, preprocess_query, prose_of
-from mtrag_resources.serving.channels import MAX_QUERY_IDENTIFIERS
 from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSymbol: part of the reader's API)
-    KINDS, MAX_K, MODES, PATH_RELATIONS, QueryError, UnknownSymbol, check_paths, check_query, validate_text)
+    MODES, QueryError, UnknownSymbol, check_paths, check_query, validate_text)
 from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
@@ -345,8 +344,9 @@ class ReaderCore:
         kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
         pre = preprocess_query(text)
         collection_of = collection_kind if space else channels_.same_kind
+        lookups = channels_.AliasLookups(self._fts)  # the exact channel and the bridge share them
         rankings, cosines, dense_kind, qvec, exact_found = self._recall(text, k, kind, mode, state, kinds,
-                                                                        embedding, t, collection_of)
+                                                                        embedding, t, collection_of, lookups)
         recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
@@ -359,7 +359,7 @@ class ReaderCore:
         out["hits"] = hits
         out["exact"], out["confidence"] = self._honesty(text, hits, exact_found, space)
         out["bridge"], proposals = doc_to_code_bridge(self._neo4j, self._fts, self.manifest, hits, state,
-                                                      self._query_code(text, state), text)
+                                                      self._query_code(text, state, lookups), text)
         if proposals and self.log_proposals:
             log_proposals(self.settings.proposals_log, proposals)
         out["paths"] = self._query_paths(rankings.get("exact", []), rows, state)
@@ -376,7 +376,7 @@ class ReaderCore:
         out["timings_ms"] = t
         return out
 
-    def _query_code(self, text: str, state: gate.GateState) -> list[dict]:
+    def _query_code(self, text: str, state: gate.GateState, lookups: channels_.AliasLookups) -> list[dict]:
         """Code rows the query names through identifiers in its prose (inline code, roles, dotted
         or snake_case names; not the examples in its fenced code blocks), each naming exactly one
         code chunk: what a pasted doc section is about. An identifier query is answered by its
@@ -386,10 +386,10 @@ class ReaderCore:
         code = {s for s, e in self.manifest["sources"].items() if e["kind"] == "code"}
         stale_f = state.stale_for("fts")
         ids = []
-        for ident in identifiers_in(prose_of(text))[:MAX_QUERY_IDENTIFIERS]:
+        for ident in identifiers_in(prose_of(text))[:channels_.MAX_QUERY_IDENTIFIERS]:
             if ident.startswith("__"):
                 continue  # dunder names are protocol, not the subject
-            chunk_id = resolve_identifier(self._fts, ident, code - stale_f)
+            chunk_id = resolve_identifier(self._fts, ident, lookups(ident), code - stale_f)
             if chunk_id:
                 ids.append(chunk_id)
         rows = self._fts.get_chunks(ids) if ids else {}
@@ -411,7 +411,7 @@ class ReaderCore:
         return exact, "low"
 
     def _recall(self, text: str, k: int, kind: str | None, mode: str, state: gate.GateState, kinds: list[str],
-                embedding, t: dict, collection_of) -> tuple[dict, dict, dict, object, list[dict]]:
+                embedding, t: dict, collection_of, lookups) -> tuple[dict, dict, dict, object, list[dict]]:
         """Each channel's ranking for the query (the dense one with cosines), the collection kind of
         each dense hit, the query vector (None when no dense channel runs) and the exact matches
         (looked up for an identifier-shaped query even when the mode has no exact channel)."""
@@ -444,7 +444,7 @@ class ReaderCore:
         exact_found: list[dict] = []
         if "exact" in channels or is_identifier_query(text):
             t0 = time.perf_counter()
-            exact_found = channels_.exact_hits(self._fts, text, k, kind, sources, stale_f)
+            exact_found = channels_.exact_hits(self._fts, text, k, kind, sources, stale_f, lookups)
             if "exact" in channels:
                 rankings["exact"] = [h["chunk_id"] for h in exact_found]
             t["exact_ms"] = _ms(t0)

@@ -13,16 +13,11 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
-from mtrag_resources.core.models import vector_hash
+from mtrag_resources.core.models import cjk_children, vector_hash
 
 
 def child_rows(layout: SourceLayout) -> list[dict]:
     return [r for r in read_rows(layout.chunks) if r["role"] == "child"]
-
-
-def cjk_rows(rows: list[dict]) -> list[dict]:
-    """The child chunks the multilingual embedder embeds as well (script "cjk")."""
-    return [r for r in rows if r.get("script") == "cjk"]
 
 
 def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedder, log=None,
@@ -37,7 +32,7 @@ def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedd
         texts = {h: cas.get_text(h) for h in cache.missing(embedder.fingerprint_id, hashes)}
         stats = embed_missing(cache, embedder, texts, progress=log) if texts else {
             "embedded": 0, "seconds": 0.0, "texts_per_s": 0.0}
-        ml_rows = cjk_rows(rows) if multilingual is not None else []
+        ml_rows = cjk_children(rows) if multilingual is not None else []
         ml_stats = {"embedded": 0}
         if ml_rows:
             ml_hashes = sorted({r["content_hash"] for r in ml_rows})

@@ -12,8 +12,8 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
-from mtrag_resources.core.models import vector_hash
-from mtrag_resources.stages.embedding_cache import child_rows, cjk_rows
+from mtrag_resources.core.models import cjk_children, vector_hash
+from mtrag_resources.stages.embedding_cache import child_rows
 
 PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",
                   "content_hash", "cas_uri", "repository", "commit", "file_path", "symbol",
@@ -50,7 +50,7 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
         rows = child_rows(layout)
         cache = EmbeddingCache(settings.embeddings_dir)
         points = _points(cache, embedder.fingerprint_id, rows, spec.id)
-        ml_rows = cjk_rows(rows) if multilingual is not None else []
+        ml_rows = cjk_children(rows) if multilingual is not None else []
         # Always written (empty when the source has no CJK text), so a source that loses its CJK
         # chunks leaves no multilingual points behind.
         extra = {collection_kind(spec.kind): _points(cache, multilingual.fingerprint_id, ml_rows, spec.id,

@@ -41,3 +41,10 @@ class MarkedStore(Protocol):
     def markers(self) -> dict[str, Marker]: ...
 
     def close(self) -> None: ...
+
+
+def is_store_failure(exc: BaseException) -> bool:
+    """Did a store's own client fail (a database that cannot be opened or read)? For the layers
+    above, which import no store client: the HTTP front answers these 503, not 500."""
+    import sqlite3
+    return isinstance(exc, sqlite3.DatabaseError)
