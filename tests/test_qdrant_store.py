@@ -13,7 +13,8 @@ import pytest
 
 from mtrag_resources.core.models import stable_id
 from mtrag_resources.stores.qdrant_store import CollectionDimMismatch, QdrantStore, collection_name, point_id
-from mtrag_resources.stores.qdrant_folder import ENGINE_ENV, ENGINES, QdrantEngineMismatch, QdrantStoreLocked, copy_for_reader, copy_local_snapshot, folder_engine
+from mtrag_resources.stores.qdrant_folder import (DISK_RESERVE_ENV, ENGINE_ENV, ENGINES, QdrantDiskFull, QdrantEngineMismatch,
+                                                  QdrantStoreLocked, copy_local_snapshot, folder_engine, link_for_reader)
 
 pytestmark = pytest.mark.unit  # embedded Qdrant folders in tmp_path: no service, no model
 
@@ -289,13 +290,13 @@ def test_opening_the_same_folder_twice_in_one_process_fails_fast(store: QdrantSt
     store.write_source("src-a", "code", "g", make_points("src-a", 1))  # still usable
 
 
-def test_copy_for_reader_opens_privately_and_keeps_holes(tmp_path: Path, engine: str) -> None:
+def test_link_for_reader_opens_privately_and_keeps_holes(tmp_path: Path, engine: str) -> None:
     live, published, private = tmp_path / "live", tmp_path / "pub" / "qdrant", tmp_path / "private"
     with QdrantStore(path=live) as s:
         s.write_source("src-a", "code", "g1", make_points("src-a", 50))
         s.publish_snapshot(published)
-    private.mkdir()  # the reader copies into a fresh mkdtemp()
-    copy_for_reader(published, private)
+    private.mkdir()  # the reader links into a fresh mkdtemp()
+    link_for_reader(published, private)
     with QdrantStore(path=private, lock_timeout=1) as reader:
         assert reader.count("code", "src-a") == 50 and reader.marker("src-a").committed
 
@@ -347,3 +348,69 @@ def test_engines_return_the_same_exact_results(tmp_path: Path) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    import hashlib
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _points_384(source_id: str, n: int, start: int = 0) -> list[dict]:
+    rng = np.random.default_rng(abs(hash(source_id)) % 2**32 + start)
+    vectors = rng.standard_normal((n, 384)).astype(np.float32)
+    return [{"chunk_id": stable_id(source_id, f"m{i}.py", f"m{i}.f", 0), "vector": vectors[i - start],
+             "payload": {"file_path": f"m{i}.py", "text": "x" * 300}} for i in range(start, start + n)]
+
+
+def test_a_publish_writes_what_changed_and_shares_the_rest(tmp_path: Path) -> None:
+    """Edge, with enough 384-d points that the first publish's optimize indexes them into an
+    immutable segment: the second version hard-links every file a one-point change did not touch,
+    writes a small fraction of the first version's bytes, and each version reads as published."""
+    live, published = tmp_path / "live", tmp_path / "pub" / "qdrant"
+    with QdrantStore(path=live, engine="edge") as s:
+        for sid in ("src-a", "src-b"):
+            s.write_source(sid, "code", "g1", _points_384(sid, 3500))
+        first = s.publish_snapshot(published, keep=3)
+        changed = _points_384("src-a", 3499) + _points_384("src-a", 1, start=9000)
+        s.write_source("src-a", "code", "g2", changed)
+        second = s.publish_snapshot(published, keep=3)
+    assert first.files_linked == 0 and first.files_copied > 0
+    assert second.files_linked > 0 and second.bytes_linked > first.bytes_written / 2
+    assert second.bytes_written < first.bytes_written / 10, (first, second)
+    for version, generation in ((first.version, "g1"), (second.version, "g2")):
+        with QdrantStore(path=version, lock_timeout=1) as reader:
+            assert reader.count("code", "src-a") == 3500 and reader.marker("src-a").generation == generation
+            assert reader.count("code", "src-b") == 3500
+    new_point = changed[-1]
+    with QdrantStore(path=second.version, lock_timeout=1) as reader:
+        assert [h["chunk_id"] for h in reader.search("code", new_point["vector"], k=1)] == [new_point["chunk_id"]]
+    with QdrantStore(path=first.version, lock_timeout=1) as reader:
+        assert new_point["chunk_id"] not in {h["chunk_id"] for h in reader.search("code", new_point["vector"], k=5)}
+    # a reader's private folder links the version; opening and searching it changes no shared file
+    before = _digests(second.version)
+    private = tmp_path / "private"
+    private.mkdir()
+    link_for_reader(second.version, private)
+    with QdrantStore(path=private, lock_timeout=1) as reader:
+        reader.search("code", new_point["vector"], k=10, source_ids=["src-a"])
+        assert reader.count("code") == 7000
+    assert _digests(second.version) == before
+    assert any(p.stat().st_nlink > 1 for p in private.rglob("*") if p.is_file()), "nothing was linked"
+
+
+def test_a_full_disk_refuses_the_write_before_it_starts(tmp_path: Path, engine: str, monkeypatch) -> None:
+    path = tmp_path / "qdrant"
+    with QdrantStore(path=path) as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 5))
+        import shutil
+        free_mb = shutil.disk_usage(path).free / 2**20
+        monkeypatch.setenv(DISK_RESERVE_ENV, str(free_mb + 1024))  # as if the disk were full
+        with pytest.raises(QdrantDiskFull, match=rf"the disk is full .*{path}"):
+            s.write_source("src-a", "code", "g2", make_points("src-a", 7))
+        with pytest.raises(QdrantDiskFull):
+            s.publish_snapshot(tmp_path / "pub" / "qdrant")
+        monkeypatch.delenv(DISK_RESERVE_ENV)
+        assert s.marker("src-a").generation == "g1" and s.marker("src-a").committed
+        assert s.count("code", "src-a") == 5
+    assert not (tmp_path / "pub" / "qdrant").exists()

@@ -2,8 +2,9 @@
 
 It loads `CURRENT`, compares every store's marker with the manifest per source (gate.py), and
 leaves out - and reports - any channel that is stale for a source. Embedded Qdrant is read from
-the copy the manifest names (copied once more into a private folder, because embedded mode
-allows one process per folder), so a running build never blocks or half-feeds a reader.
+the version the manifest names (hard-linked into a private folder, because embedded mode allows
+one process per folder), so a running build never blocks or half-feeds a reader, and a switch to
+a new generation is opened beside the old one, which serves until the swap.
 
 Queries run concurrently: they share the loaded generation under a readers-writer lock that a
 reload (CURRENT moved) takes alone. Each query reads SQLite inside one snapshot that also holds
@@ -87,6 +88,7 @@ class ReaderCore:
         self._lock = SharedLock()                 # the loaded generation: queries share, reloads own
         self._qdrant_lock = threading.Lock()       # embedded Qdrant's client is not thread-safe
         self._neo4j_lock = threading.Lock()        # (re)connecting the graph
+        self._switching = threading.Lock()         # one thread opens a new generation at a time
         self._embedder_lock = threading.Lock()
         self._loaded_stamp = None
         self.manifest: dict | None = None
@@ -109,81 +111,104 @@ class ReaderCore:
             return None
 
     def refresh(self) -> None:
-        """Reload when CURRENT moved (one stat per query); waits for the queries in flight."""
+        """Switch to the generation CURRENT names when it moved (one stat per query). The new
+        generation's stores are opened while queries go on with the old one; only the swap
+        itself waits for the queries in flight. A thread that finds another one opening the new
+        generation serves the old one meanwhile instead of waiting."""
         if self._manifest_override is not None:
             self._load_override()
             return
-        if self._stamp() == self._loaded_stamp and (self.manifest is not None or self._loaded_stamp is None):
+        if not self._moved():
             return
-        with self._lock.exclusive():
+        first_load = self.manifest is None
+        if not self._switching.acquire(blocking=first_load):
+            return
+        try:
             stamp = self._stamp()
-            if stamp == self._loaded_stamp and (self.manifest is not None or stamp is None):
+            if not self._moved(stamp):
                 return
-            self._close_stores()
-            self.manifest = load_current(self.settings.manifest_dir)
-            self._loaded_stamp = stamp
-            if self.manifest:
-                try:
-                    self._open_stores()
-                except BaseException:
-                    # A store that cannot be opened fails this call; the next one tries again,
-                    # instead of finding a half-open reader until CURRENT moves.
-                    self._close_stores()
-                    self.manifest = self._loaded_stamp = None
-                    raise
+            manifest = load_current(self.settings.manifest_dir)
+            # A store that cannot be opened fails this call and leaves the loaded generation as it
+            # was; the next call tries again.
+            stores = self._open_stores(manifest) if manifest else (None, None, None, None)
+            with self._lock.exclusive():
+                old = self._take_stores()
+                self._qdrant, self._qdrant_copy, self._fts, self._neo4j = stores
+                self.manifest, self._loaded_stamp = manifest, stamp
+            self._close(old)
+        finally:
+            self._switching.release()
+
+    def _moved(self, stamp=None) -> bool:
+        stamp = self._stamp() if stamp is None else stamp
+        return stamp != self._loaded_stamp or (self.manifest is None and stamp is not None)
 
     def _load_override(self) -> None:
         if self._loaded_stamp == "override":
             return
         with self._lock.exclusive():
             if self._loaded_stamp != "override":
-                self._close_stores()
+                self._close(self._take_stores())
+                self._qdrant, self._qdrant_copy, self._fts, self._neo4j = self._open_stores(self._manifest_override)
                 self.manifest = self._manifest_override
                 self._loaded_stamp = "override"
-                self._open_stores()
 
-    def _open_stores(self) -> None:
-        snapshot = self.manifest.get("stores", {}).get("qdrant_snapshot")
-        self._qdrant, self._qdrant_copy = open_published_qdrant(self.settings, snapshot)
-        self._fts = open_fts(self.settings)
-        self._connect_neo4j()
+    def _open_stores(self, manifest: dict) -> tuple:
+        """(qdrant, its private folder, fts, neo4j) for `manifest`; nothing stays open on failure."""
+        snapshot = manifest.get("stores", {}).get("qdrant_snapshot")
+        qdrant, copy = open_published_qdrant(self.settings, snapshot)
+        try:
+            fts = open_fts(self.settings)
+        except BaseException:
+            self._close((qdrant, copy, None, None))
+            raise
+        return qdrant, copy, fts, self._connect_neo4j()
 
-    def _connect_neo4j(self) -> None:
+    def _connect_neo4j(self):
+        """A graph connection, or None (its channel then reports why: `_neo4j_error`)."""
         self._neo4j_tried = time.monotonic()
         store = None
         try:
             store = open_neo4j(self.settings, **READER_NEO4J_CONFIG)
             store.markers()
-            self._neo4j, self._neo4j_error = store, None
+            self._neo4j_error = None
+            return store
         except Exception as exc:  # noqa: BLE001 - an unreachable graph makes its channel stale, not the reader dead
-            self._neo4j_lost(exc, store)
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+            self._neo4j_error = f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
+            return None
 
-    def _neo4j_lost(self, exc: Exception, store=None) -> None:
+    def _neo4j_lost(self, exc: Exception) -> None:
         """Drop the graph connection: every graph use checks `self._neo4j` and skips, and the next
         gate after NEO4J_RETRY_S tries again."""
-        for s in {id(x): x for x in (store, self._neo4j) if x is not None}.values():
-            try:
-                s.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
+        if self._neo4j is not None:
+            with contextlib.suppress(Exception):  # closing is best effort
+                self._neo4j.close()
         self._neo4j = None
         self._neo4j_error = f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
 
-    def _close_stores(self) -> None:
-        for store in (self._qdrant, self._fts, self._neo4j):
+    def _take_stores(self) -> tuple:
+        stores = (self._qdrant, self._qdrant_copy, self._fts, self._neo4j)
+        self._qdrant = self._qdrant_copy = self._fts = self._neo4j = None
+        return stores
+
+    @staticmethod
+    def _close(stores: tuple) -> None:
+        qdrant, copy, fts, neo4j = stores
+        for store in (qdrant, fts, neo4j):
             if store is not None:
                 try:
                     store.close()
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
-        self._qdrant = self._fts = self._neo4j = None
-        if self._qdrant_copy:
-            shutil.rmtree(self._qdrant_copy, ignore_errors=True)
-            self._qdrant_copy = None
+        if copy:
+            shutil.rmtree(copy, ignore_errors=True)
 
     def close(self) -> None:
         with self._lock.exclusive():
-            self._close_stores()
+            self._close(self._take_stores())
             self._loaded_stamp = None
         self._side_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -238,7 +263,7 @@ class ReaderCore:
         """The graph's projection markers, or why the graph could not be asked."""
         with self._neo4j_lock:
             if self._neo4j is None and time.monotonic() - self._neo4j_tried >= NEO4J_RETRY_S:
-                self._connect_neo4j()
+                self._neo4j = self._connect_neo4j()
             store = self._neo4j
         try:
             if store is None:

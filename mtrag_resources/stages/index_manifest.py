@@ -35,19 +35,21 @@ class PublishRefused(PublishError):
         super().__init__("generation not published; failing checks:\n  " + "\n  ".join(lines))
 
 
-def snapshot_qdrant(settings: Settings, number: int) -> str | None:
-    """Embedded mode: publish a read-only copy of the Qdrant folder for readers, so serving never
-    waits on the single-process lock a running build holds. A server needs no copy."""
+def snapshot_qdrant(settings: Settings, meta: dict) -> str | None:
+    """Embedded mode: publish a read-only version of the Qdrant folder for readers, so serving
+    never waits on the single-process lock a running build holds (it shares unchanged files with
+    the previous version; what it cost goes into `meta`). A server needs no copy."""
     if settings.qdrant_url:
         return None
     # The copy CURRENT names stays whatever happens to this publish (a crash or a full disk before
     # CURRENT moves, again and again): a reader started later still finds it.
     published = (manifests.load_current(settings.manifest_dir) or {}).get("stores", {}).get("qdrant_snapshot")
     with open_qdrant(settings) as store:  # holds the writer lock: no build writes during the copy
-        link = store.publish_snapshot(settings.qdrant_published_dir, keep=KEEP_QDRANT_SNAPSHOTS,
-                                      protect=[published] if published else [])
-    # The manifest names the versioned folder, so generation N is always read from N's copy.
-    return os.path.realpath(link)
+        stats = store.publish_snapshot(settings.qdrant_published_dir, keep=KEEP_QDRANT_SNAPSHOTS,
+                                       protect=[published] if published else [])
+    meta.update(stats.as_metadata())
+    # The manifest names the versioned folder, so generation N is always read from N's version.
+    return os.path.realpath(stats.version)
 
 
 GoldenEvaluator = Callable[[Settings, GoldenFile, dict], dict]
@@ -118,7 +120,7 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
         if failures:
             raise PublishRefused(failures)
         number = manifests.latest_number(settings.manifest_dir) + 1
-        snapshot = snapshot_qdrant(settings, number)
+        snapshot = snapshot_qdrant(settings, meta)
         sources = {}
         for spec in specs:
             layout = SourceLayout(settings, spec.id)

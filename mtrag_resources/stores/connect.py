@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -81,15 +83,38 @@ def open_neo4j(settings: Settings, **driver_config):
 
 
 def open_published_qdrant(settings: Settings, snapshot: str | None):
-    """The Qdrant a reader serves from: the server, or a private copy of the published embedded
-    snapshot (embedded mode allows one process per folder). Returns (store or None, private copy
-    folder to remove on close, or None)."""
+    """The Qdrant a reader serves from: the server, or a private folder of the published embedded
+    version (embedded mode allows one process per folder; Edge's files are hard links, so this
+    costs the folder's file count). Returns (store or None, private folder to remove on close,
+    or None)."""
     from mtrag_resources.stores.qdrant_store import QdrantStore
     if settings.qdrant_url:
         return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key), None
     if not snapshot:
         return None, None
-    from mtrag_resources.stores.qdrant_folder import copy_for_reader
-    private = tempfile.mkdtemp(prefix="mtrag-reader-qdrant-")
-    copy_for_reader(snapshot, private)
+    from mtrag_resources.stores.qdrant_folder import link_for_reader
+    # beside the version, so hard links stay on one filesystem
+    parent = Path(snapshot).parent / ".readers"
+    parent.mkdir(exist_ok=True)
+    _remove_dead_readers(parent)
+    private = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
+    try:
+        link_for_reader(snapshot, private)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
     return QdrantStore(path=Path(private), lock_timeout=5), private
+
+
+def _remove_dead_readers(parent: Path) -> None:
+    """Private folders of reader processes that died without closing (named `<pid>-...`)."""
+    for folder in parent.iterdir():
+        pid = folder.name.split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:  # alive, another user's
+            pass

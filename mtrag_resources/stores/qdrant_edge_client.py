@@ -5,10 +5,11 @@ calls `collection_exists`, `upsert`, `scroll`, `query_points`, ...; `EdgeClient`
 calls on Edge shards. Edge has no collections, so each collection is one shard folder under the
 store root (`<root>/mtrag_code`, `<root>/mtrag_docs`, `<root>/mtrag_markers`).
 
-Search stays exact, as in qdrant-client's local mode: shards are created with an indexing
-threshold no segment reaches (optimize() never builds HNSW) and every query asks for
-`SearchParams(exact=True)`, so a shard built elsewhere with HNSW is still searched exactly.
-Only the calls and model shapes QdrantStore uses are translated; anything else raises.
+Search is Qdrant's own: a segment over Edge's indexing threshold (~10 MB of vectors, about 6.5k
+384-d points) gets an HNSW index when `optimize()` runs, smaller segments and the appendable one
+are searched exactly. Vectors and payloads live in mmapped files, so a process's memory grows
+with the pages it touches, not with Python objects per point. Only the calls and model shapes
+QdrantStore uses are translated; anything else raises.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-# optimize() still vacuums deleted points and merges segments, it just never indexes them
-_NEVER_INDEX_KB = 2**40
+# Qdrant's defaults (m 16, ef_construct 100); below full_scan_threshold KB of vectors a filtered
+# query scans instead of walking the graph
+HNSW_M, HNSW_EF_CONSTRUCT, HNSW_FULL_SCAN_KB = 16, 100, 10_000
 EDGE_CONFIG_FILE = "edge_config.json"
 
 
@@ -65,6 +67,17 @@ def _filter(flt: Any):
                     must_not=conditions(flt.must_not))
 
 
+def edge_config(size: int, distance: str = "Cosine"):
+    """The shard config of every mtrag collection: on-disk (mmapped) vectors and payloads, HNSW."""
+    q = _edge()
+    return q.EdgeConfig(
+        vectors=q.EdgeVectorParams(size=int(size), distance=getattr(q.Distance, distance),
+                                   on_disk=True),
+        on_disk_payload=True,
+        hnsw_config=q.HnswIndexConfig(m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT,
+                                      full_scan_threshold=HNSW_FULL_SCAN_KB))
+
+
 class EdgeClient:
     """One Edge shard per collection under `root`; all existing shards are opened at once, so a
     folder held elsewhere fails here, as QdrantClient(path=...) does."""
@@ -96,11 +109,8 @@ class EdgeClient:
     def create_collection(self, name: str, vectors_config: Any) -> None:
         q = _edge()
         distance = getattr(vectors_config.distance, "value", vectors_config.distance)
-        config = q.EdgeConfig(
-            vectors=q.EdgeVectorParams(size=int(vectors_config.size),
-                                       distance=getattr(q.Distance, distance)),
-            optimizers=q.EdgeOptimizersConfig(indexing_threshold=_NEVER_INDEX_KB))
-        self._shards[name] = q.EdgeShard.create(str(self.root / name), config)
+        self._shards[name] = q.EdgeShard.create(
+            str(self.root / name), edge_config(int(vectors_config.size), distance))
 
     def create_payload_index(self, name: str, field: str, schema: Any) -> None:
         q = _edge()
@@ -156,8 +166,7 @@ class EdgeClient:
         q = _edge()
         points = self._shard(name).query(q.QueryRequest(
             limit=limit, query=q.Query.Nearest(list(query)), filter=_filter(query_filter),
-            with_payload=with_payload, with_vector=with_vectors,
-            params=q.SearchParams(exact=True)))
+            with_payload=with_payload, with_vector=with_vectors))
         return SimpleNamespace(points=points)
 
     # -- durability -----------------------------------------------------------------------

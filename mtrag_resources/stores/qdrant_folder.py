@@ -1,28 +1,33 @@
 """The embedded Qdrant folder, apart from the points in it: which engine built it, the lock that
-keeps it to one process, and the read-only copies published for readers.
+keeps it to one process, the read-only versions published for readers, and the free-disk check.
 
 Embedded mode allows one process per folder and both engines fail at once when the folder is
 taken, so the store guards the client's lifetime with its own lock (`<folder>.mtrag.lock`) and
-waits for it; readers open a published copy (`copy_local_snapshot`, then `copy_for_reader` into
-a private folder) instead of the live folder. The SQLite tuning of local mode's files lives here
-too (`tune_wal`, `checkpoint_wal`)."""
+waits for it; readers open a published version (`publish_version`, then `link_for_reader` into
+a private folder) instead of the live folder. A version shares every file that did not change
+with the version before it (hard links), so publishing and opening cost what changed, not what
+the store holds. The SQLite tuning of local mode's files lives here too (`tune_wal`,
+`checkpoint_wal`)."""
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
 import errno
 import fcntl
+import filecmp
 import json
 import os
 import shutil
 import sqlite3
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from mtrag_resources.core.config import env
 from mtrag_resources.core.errors import BusyError, StoreError
+from mtrag_resources.core.faults import fault_point
 
 
 class QdrantStoreError(StoreError):
@@ -42,8 +47,15 @@ ENGINE_ENV = "MTRAG_QDRANT_ENGINE"
 ENGINE_FILE = "engine.json"
 
 
-def engine_from_env() -> str:
-    engine = env(ENGINE_ENV).strip().lower() or "local"
+DEFAULT_ENGINE = "edge"
+
+
+def engine_from_env() -> str | None:
+    """The engine MTRAG_QDRANT_ENGINE names, or None when unset: then an existing folder keeps the
+    engine that built it and a new one gets DEFAULT_ENGINE."""
+    engine = env(ENGINE_ENV).strip().lower()
+    if not engine:
+        return None
     if engine not in ENGINES:
         raise ValueError(f"{ENGINE_ENV}={engine!r}: expected one of {', '.join(ENGINES)}")
     return engine
@@ -164,12 +176,21 @@ _COPY_BLOCK = 1 << 16
 # lock files are per process and never copied; a SQLite WAL file holds committed points and is
 # copied, its -shm index is rebuilt on open
 _NOT_COPIED = shutil.ignore_patterns(".lock", "*.tmp", "*-shm")
+FILES_INDEX = ".mtrag-files.json"
+# A file whose mtime lies this close to the scan that recorded it may have changed again within
+# the filesystem's timestamp granularity after that scan ("racy git"): its bytes are compared.
+_RACY_NS = 2_000_000_000
+# Files an Edge shard rewrites in place when it opens (it zeroes the versions of deleted points in
+# `id_tracker.versions`): a reader gets its own copy, every other file of a version is a hard link.
+_REWRITTEN_ON_OPEN = ("id_tracker.", "mutable_id_tracker.", "segment.json", ENGINE_FILE,
+                      "edge_config.json")
 
 
-def _copy_sparse(src: str, dst: str) -> str:
+def _copy_sparse(src: str, dst: str) -> int:
     """shutil.copy2 that keeps holes: Edge preallocates sparse 32 MiB files (WAL, mmaps) and a
     plain copy writes their zeros out (~3x the disk). Holes are skipped with SEEK_DATA/SEEK_HOLE
-    and all-zero blocks inside data are left as holes too."""
+    and all-zero blocks inside data are left as holes too. Returns the bytes written."""
+    written = 0
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         fd, size, pos = fin.fileno(), os.fstat(fin.fileno()).st_size, 0
         while pos < size:
@@ -190,29 +211,178 @@ def _copy_sparse(src: str, dst: str) -> str:
                 if block.count(0) != len(block):
                     fout.seek(pos)
                     fout.write(block)
+                    written += len(block)
                 pos += len(block)
         fout.truncate(size)
     shutil.copystat(src, dst)
-    return dst
+    return written
 
 
-def copy_for_reader(src: Path | str, dst: Path | str) -> None:
-    """Copy a published snapshot into a reader's private folder (either engine), keeping holes."""
-    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=_NOT_COPIED, copy_function=_copy_sparse)
+def _allocated(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        return os.stat(path).st_blocks * 512
+    return 0
 
 
-def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: bool = True,
-                        lock_timeout: float = 300, keep: int = 2, protect: Iterable[Path | str] = ()) -> Path:
-    """Publish a read-only copy of an embedded Qdrant folder that readers open while builds keep
-    writing to `src_path`.
+class QdrantDiskFull(QdrantStoreError, OSError):
+    """Too little free disk for a write: Edge maps its files into memory, and a write to a mapped
+    page the disk has no room for kills the process with SIGBUS, so the store refuses first."""
 
-    The copy goes to a hidden temporary sibling and is renamed to a versioned folder
-    `<dst>.v-<time>-<id>`; `dst` itself is a symlink swapped to the new version with one atomic
-    rename, so a reader opening `dst` sees the old copy or the new one, never a missing or
-    half-copied folder (a plain rename cannot replace a non-empty folder). The newest `keep`
-    versions stay; older ones are removed. Lock files are not copied. With `lock` (the default)
-    the source's `<src>.mtrag.lock` is held while copying; pass lock=False when the caller already
-    holds it (`QdrantStore.publish_snapshot`).
+
+DISK_RESERVE_ENV = "MTRAG_QDRANT_DISK_RESERVE_MB"
+
+
+def ensure_free_disk(folder: Path | str, needed: int, what: str) -> None:
+    """Refuse (QdrantDiskFull, before anything is written) unless the filesystem of `folder` has
+    `needed` bytes free beyond the reserve (MTRAG_QDRANT_DISK_RESERVE_MB, default 64 MiB: Edge
+    preallocates 32 MiB WAL and storage files)."""
+    folder = Path(folder)
+    probe = folder if folder.exists() else folder.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    reserve = int(float(env(DISK_RESERVE_ENV) or 64) * (1 << 20))
+    free = shutil.disk_usage(probe).free
+    if free < needed + reserve:
+        raise QdrantDiskFull(
+            errno.ENOSPC,
+            f"the disk is full for {what} in {folder}: {free / 2**20:,.1f} MiB free, "
+            f"{(needed + reserve) / 2**20:,.1f} MiB needed ({needed / 2**20:,.1f} MiB of data + "
+            f"{reserve / 2**20:,.0f} MiB reserve, {DISK_RESERVE_ENV}); nothing was written. Free "
+            "some space and build again: the published generation is still served")
+
+
+def _walk_files(root: Path) -> Iterable[tuple[str, Path]]:
+    """(relative path, path) of the files a published version holds: no lock, temp or -shm files,
+    and no Edge WAL (a flushed shard holds every point in its segments; a reader's open creates
+    an empty WAL of its own)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if "wal" in dirnames and (here / "edge_config.json").is_file():
+            dirnames.remove("wal")
+        ignored = _NOT_COPIED(dirpath, filenames)
+        for name in sorted(filenames):
+            if name not in ignored and name != FILES_INDEX:
+                full = here / name
+                yield full.relative_to(root).as_posix(), full
+
+
+@dataclass
+class PublishStats:
+    """What one publish cost: files hard-linked from the previous version vs copied, and the
+    bytes written (data blocks of the copied files)."""
+    version: Path
+    files_linked: int = 0
+    files_copied: int = 0
+    bytes_written: int = 0
+    bytes_linked: int = 0
+    seconds: float = 0.0
+
+    def as_metadata(self) -> dict:
+        return {"qdrant_publish_files_linked": self.files_linked,
+                "qdrant_publish_files_copied": self.files_copied,
+                "qdrant_publish_bytes_written": self.bytes_written,
+                "qdrant_publish_bytes_shared": self.bytes_linked,
+                "qdrant_publish_seconds": round(self.seconds, 4)}
+
+
+def _reusable(src: Path, st: os.stat_result, rec: list | None, prev_file: Path, scanned_ns: int) -> bool:
+    """Is the previous version's file still exactly the live one? Stat first (size, mtime, inode
+    as recorded when it was copied); a file modified close to that scan is compared byte by byte."""
+    if rec is None or not prev_file.is_file():
+        return False
+    size, mtime_ns, ino = rec
+    if (st.st_size, st.st_mtime_ns, st.st_ino) != (size, mtime_ns, ino):
+        return False
+    if mtime_ns < scanned_ns - _RACY_NS:
+        return True
+    return filecmp.cmp(src, prev_file, shallow=False)
+
+
+def _write_version(src: Path, tmp: Path, previous: Path | None) -> PublishStats:
+    """Fill `tmp` with the files of `src`: a hard link to `previous`'s file where the live file is
+    unchanged since `previous` was made, else a sparse copy. Published files are never written
+    again (readers link them too and copy only what their engine rewrites), which is what makes
+    sharing them safe."""
+    t0 = time.perf_counter()
+    stats = PublishStats(version=tmp)
+    index: dict = {}
+    if previous is not None:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            index = json.loads((previous / FILES_INDEX).read_text())
+    records, scanned_ns = index.get("files", {}), int(index.get("scanned_ns", 0))
+    files = list(_walk_files(src))
+    fresh = [(rel, full, full.stat()) for rel, full in files]
+    to_copy = [(rel, full, st) for rel, full, st in fresh
+               if previous is None or not _reusable(full, st, records.get(rel), previous / rel, scanned_ns)]
+    ensure_free_disk(tmp.parent, sum(_allocated(full) for _, full, _ in to_copy), "a published copy")
+    copied = {rel for rel, _, _ in to_copy}
+    now_ns = time.time_ns()
+    tmp.mkdir(parents=True)
+    for rel, full, st in fresh:
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel in copied:
+            stats.bytes_written += _copy_sparse(str(full), str(target))
+            stats.files_copied += 1
+        else:
+            os.link(previous / rel, target)
+            stats.files_linked += 1
+            stats.bytes_linked += _allocated(target)
+    # empty folders (an Edge shard's temp_segments) are part of the layout
+    for dirpath, dirnames, _ in os.walk(src):
+        for d in dirnames:
+            rel = (Path(dirpath) / d).relative_to(src)
+            if rel.name != "wal" or not (Path(dirpath) / "edge_config.json").is_file():
+                (tmp / rel).mkdir(parents=True, exist_ok=True)
+    (tmp / FILES_INDEX).write_text(json.dumps({
+        "scanned_ns": now_ns,
+        "files": {rel: [st.st_size, st.st_mtime_ns, st.st_ino] for rel, _, st in fresh}}))
+    stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+def link_for_reader(src: Path | str, dst: Path | str) -> None:
+    """A reader's private folder of a published version: Edge files are hard links (a reader's
+    open costs what the folder's file count is, not what its points weigh), except the few an
+    Edge shard rewrites when it opens, which are copied; a local-mode folder (one SQLite file
+    per collection, written on open) is copied whole, keeping holes."""
+    src, dst = Path(src), Path(dst)
+    if folder_engine(src) != "edge":
+        shutil.copytree(src, dst, dirs_exist_ok=True, ignore=_NOT_COPIED, copy_function=_copy_sparse)
+        return
+    for rel, full in _walk_files(src):
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if full.name.startswith(_REWRITTEN_ON_OPEN):
+            _copy_sparse(str(full), str(target))
+        else:
+            os.link(full, target)
+    for dirpath, dirnames, _ in os.walk(src):
+        for d in dirnames:
+            (dst / Path(dirpath).relative_to(src) / d).mkdir(parents=True, exist_ok=True)
+
+
+def published_version(dst: Path | str) -> Path | None:
+    """The version folder the `dst` link names now, or None."""
+    dst = Path(dst)
+    if dst.is_symlink() and dst.exists():
+        return dst.resolve()
+    return None
+
+
+def publish_version(src_path: Path | str, dst_path: Path | str, *, lock: bool = True,
+                    lock_timeout: float = 300, keep: int = 2,
+                    protect: Iterable[Path | str] = ()) -> PublishStats:
+    """Publish a read-only version of an embedded Qdrant folder that readers open while builds
+    keep writing to `src_path`, at the cost of what changed since the last version.
+
+    The version is made in a hidden temporary sibling (`_write_version`: unchanged files are hard
+    links to the previous version's) and renamed to `<dst>.v-<time>-<id>`; `dst` itself is a
+    symlink swapped to it with one atomic rename, so a reader opening `dst` sees the old version
+    or the new one, never a missing or half-made folder. The newest `keep` versions stay (and any
+    named in `protect`); older ones are removed (removing a version unlinks only its own names).
+    With `lock` (the default) the source's `<src>.mtrag.lock` is held while the version is made;
+    pass lock=False when the caller already holds it (`QdrantStore.publish_snapshot`).
     """
     src = Path(src_path).resolve()
     dst = Path(dst_path).absolute()
@@ -225,11 +395,13 @@ def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: boo
     guard = FolderLock(src, lock_timeout) if lock else contextlib.nullcontext()
     try:
         with guard:
-            shutil.copytree(src, tmp, ignore=_NOT_COPIED, copy_function=_copy_sparse)
+            stats = _write_version(src, tmp, published_version(dst))
+        fault_point("qdrant:publish_before_rename")
         os.rename(tmp, version)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    stats.version = version
 
     link_tmp = dst.parent / f".{dst.name}.link-{uuid.uuid4().hex[:8]}"
     os.symlink(version.name, link_tmp)
@@ -245,4 +417,14 @@ def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, *, lock: boo
             shutil.rmtree(old, ignore_errors=True)
             with contextlib.suppress(OSError):
                 lock_path_for(old).unlink()
-    return dst
+    # a publish killed before its rename leaves a hidden temporary folder: nothing names it
+    for stale in dst.parent.glob(f".{dst.name}.v-*.tmp"):
+        if stale != tmp:
+            shutil.rmtree(stale, ignore_errors=True)
+    return stats
+
+
+def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, **kwargs) -> Path:
+    """`publish_version`, returning the `dst` link."""
+    publish_version(src_path, dst_path, **kwargs)
+    return Path(dst_path).absolute()

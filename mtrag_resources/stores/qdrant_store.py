@@ -42,8 +42,8 @@ import numpy as np
 from mtrag_resources.core.faults import fault_point
 from mtrag_resources.stores.contract import BEGIN, COMMITTED, Marker
 from mtrag_resources.stores.qdrant_folder import (
-    ENGINES, FolderLock, QdrantStoreError, QdrantStoreLocked, checkpoint_wal, claim_engine, copy_local_snapshot,
-    engine_from_env, now_iso, tune_wal,
+    DEFAULT_ENGINE, ENGINES, FolderLock, PublishStats, QdrantStoreError, QdrantStoreLocked, checkpoint_wal,
+    claim_engine, engine_from_env, ensure_free_disk, folder_engine, now_iso, publish_version, tune_wal,
 )
 
 COLLECTION_PREFIX = "mtrag_"
@@ -123,7 +123,10 @@ class QdrantStore:
             raise ValueError("QdrantStore needs exactly one of path (embedded) or url (server)")
         self.path = Path(path).resolve() if path is not None else None
         self.url = url
-        self.engine = "server" if url is not None else (engine or engine_from_env())
+        if url is not None:
+            self.engine = "server"
+        else:
+            self.engine = engine or engine_from_env() or folder_engine(Path(path)) or DEFAULT_ENGINE
         if self.path is not None and self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r}: expected one of {', '.join(ENGINES)}")
         self._lock: FolderLock | None = None
@@ -397,6 +400,7 @@ class QdrantStore:
         wanted = {kind: points, **(extra or {})}
         prepared = {k: self._prepare(source_id, kind, pts) for k, pts in wanted.items()}
 
+        self._ensure_room(MARKERS_COLLECTION, [])
         self.begin(source_id, generation)
         fault_point("qdrant:after_begin")
         stats = {}
@@ -430,6 +434,15 @@ class QdrantStore:
                 **{f"{k}_points": st["points"] for k, st in stats.items() if k != kind},
                 **{f"{k}_upserted": st["upserted"] for k, st in stats.items() if k != kind}}
 
+    def _ensure_room(self, name: str, points: list[tuple[str, np.ndarray, dict]]) -> None:
+        """An embedded write refuses before it starts when the disk cannot take it (Edge would
+        die of SIGBUS writing a mapped page): each point is written about three times (WAL,
+        segment, payload storage)."""
+        if self.path is None:
+            return
+        needed = sum(3 * (vec.nbytes + len(json.dumps(payload))) for _, vec, payload in points)
+        ensure_free_disk(self.path, needed, f"writing {len(points)} points to {name}")
+
     @staticmethod
     def _prepare(source_id: str, source_kind: str, points: list[dict]) -> list[tuple[str, np.ndarray, dict]]:
         prepared: list[tuple[str, np.ndarray, dict]] = []
@@ -460,6 +473,7 @@ class QdrantStore:
         if prepared and skip_unchanged:
             skipped = self._unchanged(name, prepared, batch_size)
         to_write = [t for t in prepared if t[0] not in skipped]
+        self._ensure_room(name, to_write)
         upserted = 0
         for start in range(0, len(to_write), batch_size):
             batch = to_write[start:start + batch_size]
@@ -569,8 +583,9 @@ class QdrantStore:
         return int(self.client.count(name, count_filter=flt, exact=True).count)
 
     # -- publishing ---------------------------------------------------------------------------
-    def publish_snapshot(self, dst: Path | str, keep: int = 2, protect: Iterable[Path | str] = ()) -> Path:
-        """Copy this embedded store (whose lock we hold) to `dst` for readers; versions named in
+    def publish_snapshot(self, dst: Path | str, keep: int = 2, protect: Iterable[Path | str] = ()) -> PublishStats:
+        """Publish this embedded store (whose lock we hold) as a new version behind the `dst` link
+        for readers, sharing unchanged files with the previous version; versions named in
         `protect` (the one the published manifest names) are never pruned."""
         if self.path is None:
             raise QdrantStoreError("publish_snapshot needs an embedded store; a server serves "
@@ -581,6 +596,6 @@ class QdrantStore:
             for c in self.client.get_collections().collections:
                 self.client.optimize(c.name)
         self.checkpoint()  # Edge: flushed segments, so the copy needs no WAL replay to be whole
-        return copy_local_snapshot(self.path, dst, lock=False, keep=keep, protect=protect)
+        return publish_version(self.path, dst, lock=False, keep=keep, protect=protect)
 
 
