@@ -19,6 +19,7 @@ from mtrag_resources.ingest.globs import matches_any
 ALWAYS_EXCLUDED_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache",
                         ".pytest_cache", ".tox", ".hg", ".svn"}
 SNIFF_BYTES = 8192
+TOO_LARGE = "larger than max_file_bytes"  # the skip reason's start; raw_source lists these
 
 
 @dataclass
@@ -154,7 +155,7 @@ def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, c
     if not kind:
         return skipped("unsupported file type", st.st_size, st.st_mtime_ns)
     if st.st_size > max_file_bytes:
-        return skipped(f"larger than max_file_bytes ({st.st_size} > {max_file_bytes})", st.st_size, st.st_mtime_ns)
+        return skipped(f"{TOO_LARGE} ({st.st_size} > {max_file_bytes})", st.st_size, st.st_mtime_ns)
     if cached and cached.size == st.st_size and cached.mtime_ns == st.st_mtime_ns and cached.sha256:
         return FileEntry(rel, st.st_size, st.st_mtime_ns, cached.sha256, category, language,
                          cached.status, cached.reason)

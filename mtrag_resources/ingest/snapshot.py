@@ -16,7 +16,12 @@ def load_inventory(layout: SourceLayout) -> Inventory | None:
 
 
 def scan_source(settings: Settings, spec: SourceSpec) -> Inventory:
-    """A fresh inventory, reusing the previous snapshot's hashes for files whose stat is unchanged."""
+    """A fresh inventory, reusing the previous snapshot's hashes for files whose stat is unchanged.
+    An sdist has no commit: the git HEAD found above its unpacked folder (MTRAG_HOME inside a
+    repository) is the enclosing repository's, not the package's; its pin names it instead."""
     layout = SourceLayout(settings, spec.id)
-    return scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
-                previous=load_inventory(layout))
+    inventory = scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
+                     previous=load_inventory(layout))
+    if spec.pip_sdist:
+        inventory.commit = ""
+    return inventory

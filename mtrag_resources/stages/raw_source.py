@@ -9,6 +9,7 @@ from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.snapshot import scan_source
+from mtrag_resources.ingest.inventory import TOO_LARGE
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -29,12 +30,18 @@ def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:
     included, skipped = inventory.included, inventory.skipped
     meta.update({
         "root": inventory.root,
-        "commit": inventory.commit or "(not a git work tree)",
+        # An sdist is named by its pin (its unpacked folder has no commit of its own); a folder
+        # by the commit of the git work tree it is in.
+        **({"sdist": spec.pip_sdist} if spec.pip_sdist else {"commit": inventory.commit or "(not a git work tree)"}),
         "files": len(included),
         "skipped": len(skipped),
         "bytes": sum(f.size for f in included),
         "by_language": dict(Counter(f.language for f in included)),
         "skipped_reasons": {f.path: f.reason for f in skipped[:50]},
+        # Too large to index: named with their size however many other files were skipped (the
+        # 50 above may all be binaries), since nothing of them is searchable. Largest first.
+        "skipped_too_large": {f.path: f.size for f in sorted(
+            (f for f in skipped if f.reason.startswith(TOO_LARGE)), key=lambda f: -f.size)[:50]},
         "warnings": {f.path: f.reason for f in included if f.reason}  ,
         "inventory_digest": inventory.digest,
     })

@@ -7,12 +7,13 @@ language gets the same identity rules: ids from (source, path, type, role, symbo
 never from line numbers or content."""
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from pathlib import PurePosixPath
 
-from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS, Definition, Extraction
+from mtrag_resources.ingest.chunking.definitions import Definition, Extraction
 from mtrag_resources.ingest.embed_text import code_embed_text
-from mtrag_resources.ingest.chunking.windows import line_windows, split_lines
+from mtrag_resources.ingest.chunking.windows import WINDOW_MAX_CHARS, line_windows, split_lines, windows
 from mtrag_resources.core.models import (
     Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id,
 )
@@ -95,14 +96,22 @@ class _FileAssembler:
         self.source_id, self.file_path, self.text = source_id, file_path, text
         self.language, self.module_qn = language, module_qn
         self.lines = split_lines(text)
+        self.offsets = [0]  # each line's first character in `text`
+        for line in self.lines:
+            self.offsets.append(self.offsets[-1] + len(line))
+        self.spans: dict[tuple[int, str], tuple[int, int]] = {}  # span_of, once per definition
+        self.last_span_start = 0
         self.file_id = f"{source_id}:file:{file_path}"
         self.module_id = f"{source_id}:module:{module_qn}"
 
     # -- pieces -----------------------------------------------------------------------------
     def chunk(self, chunk_type, role, symbol, occurrence, parent_id, start, end, title, summary,
-              text, graph_ids, embed_text: str = "", declaration: bool = False) -> Chunk:
+              text, graph_ids, embed_text: str = "", declaration: bool = False, part: int = 1) -> Chunk:
+        # `part` > 1: a further window of the same thing (module-level code, a class body); part 1
+        # keeps the id of the unwindowed chunk, so code that grows past one window keeps it too.
+        key = (occurrence,) if part == 1 else (occurrence, part)
         return Chunk(
-            chunk_id=stable_id(self.source_id, self.file_path, chunk_type, role, symbol, occurrence),
+            chunk_id=stable_id(self.source_id, self.file_path, chunk_type, role, symbol, *key),
             parent_id=parent_id, role=role, chunk_type=chunk_type, file_path=self.file_path,
             start_line=start, end_line=end, title=title, summary=summary, symbol=symbol,
             language=self.language, text=text, source_id=self.source_id, graph_ids=list(graph_ids),
@@ -146,12 +155,16 @@ class _FileAssembler:
         file_chunk = self.file_parent(ex.module_summary)
         parsed.chunks.append(file_chunk)
         parsed.nodes, parsed.relations = self.file_and_module(file_chunk)
-        module_chunk = self.module_chunk(ex, parsed.warnings)
-        if module_chunk:
-            parsed.chunks.append(module_chunk)
+        module_chunks = self.module_chunks(ex, parsed.warnings)
+        parsed.chunks += module_chunks
         ex = dataclasses.replace(ex, definitions=self.fold_declarations(ex.definitions))
         placed = self.place_definitions(ex.definitions, file_chunk, parsed)
-        self.add_facts(ex, placed, module_chunk or file_chunk, parsed)
+
+        def module_evidence(line: int) -> Chunk:  # the module window holding the line
+            return next((c for c in module_chunks if c.start_line <= line <= c.end_line),
+                        module_chunks[0] if module_chunks else file_chunk)
+
+        self.add_facts(ex, placed, module_evidence, parsed)
         return parsed
 
     def fold_declarations(self, defs: list[Definition]) -> list[Definition]:
@@ -221,6 +234,9 @@ class _FileAssembler:
                                embed_text=code_embed_text(symbol, self.module_qn, d.embed_source or child_text),
                                declaration=d.declaration)
             parsed.chunks.append(child)
+            if d.kind == "class":
+                parsed.chunks += self.class_rest(defs, index, child_text, symbol, occurrence,
+                                                 parent.chunk_id, node_id)  # beside the outline
             parsed.nodes.append(self.node(node_id, d.kind.capitalize(), d.name, symbol, child,
                                           d.start_line, d.end_line))
             definer = placed[d.owner][0] if d.owner is not None else self.module_id
@@ -230,7 +246,7 @@ class _FileAssembler:
         return placed
 
     def add_facts(self, ex: Extraction, placed: list[tuple[str, Chunk, Chunk]],
-                  module_chunk: Chunk, parsed: ParsedFile) -> None:
+                  module_evidence, parsed: ParsedFile) -> None:
         """The unresolved imports, calls and bases, each with its evidence chunk's hash."""
         defs = ex.definitions
         common = {"file_path": self.file_path, "module_qn": self.module_qn,
@@ -244,14 +260,14 @@ class _FileAssembler:
         for fact in ex.imports:
             holders = [i for i, d in enumerate(defs) if d.start_line <= fact["line"] <= d.end_line]
             evidence = placed[max(holders, key=lambda i: defs[i].start_line)][2] if holders \
-                else module_chunk
+                else module_evidence(fact["line"])
             parsed.imports.append({**fact, **common, "module_id": self.module_id,
                                    "evidence_hash": evidence.content_hash,
                                    "chunk_id": evidence.chunk_id})
         sites = [(None, call) for call in ex.module_calls]
         sites += [(i, call) for i, d in enumerate(defs) for call in d.calls]
         for index, (expr, line, call_text) in sites:
-            caller_id, caller_qn, evidence = (self.module_id, self.module_qn, module_chunk) \
+            caller_id, caller_qn, evidence = (self.module_id, self.module_qn, module_evidence(line)) \
                 if index is None else (placed[index][0], placed[index][1].symbol, placed[index][2])
             class_id, class_qn = enclosing_class(index)
             parsed.calls.append({
@@ -268,33 +284,83 @@ class _FileAssembler:
                     "evidence_hash": placed[index][2].content_hash,
                 })
 
-    def module_chunk(self, ex: Extraction, warnings: list[str] | None = None) -> Chunk | None:
-        """Module-level code: every line outside the top-level definitions (docstring, imports,
-        constants, `if __name__ == ...`), blank runs squeezed, capped."""
-        covered = set()  # all definitions: Go/Rust methods sit outside their type's span
-        for d in ex.definitions:
-            covered.update(range(d.start_line, d.end_line + 1))
+    def span_of(self, d: Definition) -> tuple[int, int]:
+        """A definition's character range in `text`: whole lines for ordinary code, part of a line
+        for minified code (tree-sitter definitions are exact spans there)."""
+        key = (d.start_line, d.text)
+        if key not in self.spans:
+            # Definitions come in source order (module_chunks asks for all of them first), so on a
+            # minified line the search starts at the one before, not at the line's start again.
+            at = max(self.offsets[d.start_line - 1], self.last_span_start)
+            if not self.text.startswith(d.text, at):
+                found = self.text.find(d.text, at)
+                if found < 0:
+                    found = self.text.find(d.text, self.offsets[d.start_line - 1])
+                at = found if found >= 0 else self.offsets[d.start_line - 1]
+            self.spans[key] = (at, at + len(d.text))
+            self.last_span_start = at
+        return self.spans[key]
+
+    def outside(self, lo: int, hi: int, holes: list[tuple[int, int]]) -> list[tuple[int, str]]:
+        """(line number, text) of what lies in text[lo:hi] outside every hole: a line no hole
+        touches as it is (blank ones too); of a line that a hole cuts (minified code,
+        `const a = 1, f = () => {}`), the parts outside it joined by a space, if not blank."""
+        parts: dict[int, list[str]] = {}
+        pos = lo
+        for a, b in sorted(holes) + [(hi, hi)]:
+            a, b = min(max(a, lo), hi), min(b, hi)  # Go/Rust methods may lie past a class
+            n = bisect.bisect_right(self.offsets, pos) - 1
+            while pos < a:  # the gap [pos, a), line by line
+                cut = min(a, self.offsets[n + 1])
+                parts.setdefault(n + 1, []).append(self.text[pos:cut])
+                pos, n = cut, n + 1
+            pos = max(pos, b)
+        out = []
+        for n, pieces in parts.items():
+            line = self.lines[n - 1]
+            if pieces == [line]:
+                out.append((n, line))
+            elif "".join(pieces).strip():
+                out.append((n, " ".join(pieces)))
+        return out
+
+    def module_chunks(self, ex: Extraction, warnings: list[str]) -> list[Chunk]:
+        """Module-level code: everything outside the definitions (docstring, imports, constants,
+        `if __name__ == ...`), blank runs squeezed. Past one window it is cut into overlapping
+        windows (by size only), so a data module is searchable to its last line."""
         kept: list[tuple[int, str]] = []
-        for number, line in enumerate(self.lines, start=1):
-            if number in covered or (not line.strip() and (not kept or not kept[-1][1].strip())):
-                continue
-            kept.append((number, line))
+        for number, line in self.outside(0, len(self.text), [self.span_of(d) for d in ex.definitions]):
+            if line.strip() or (kept and kept[-1][1].strip()):
+                kept.append((number, line))
         while kept and not kept[-1][1].strip():
             kept.pop()
         if not kept:
-            return None
+            return []
         body = "".join(line for _, line in kept)
-        if len(body) > PARENT_MAX_CHARS and warnings is not None:
-            # Outlier (generated or data modules): most of it is in no chunk at all.
+        parts = [(1, kept[0][0], kept[-1][0], body)] if len(body) <= WINDOW_MAX_CHARS else windows(kept)
+        if len(body) > PARENT_MAX_CHARS:  # a data or generated module: many chunks for one file
             warnings.append(f"{self.file_path}: module-level code ({len(body)} chars, lines {kept[0][0]}-"
-                            f"{kept[-1][0]}) is over {PARENT_MAX_CHARS} chars; only its first "
-                            f"{OUTLINE_MAX_CHARS} chars are in a chunk, the rest is not searchable")
-        if len(body) > OUTLINE_MAX_CHARS:
-            body = body[: body.rfind("\n", 0, OUTLINE_MAX_CHARS) + 1] + "...\n"
-        return self.chunk("module", "child", self.module_qn, 1, self.file_parent_id, kept[0][0],
-                          kept[-1][0], f"module {self.module_qn}", ex.module_summary, body,
-                          [self.module_id])  # embedded as it is: the module's words would draw
-                                             # queries that name one of its definitions
+                            f"{kept[-1][0]}) is over {PARENT_MAX_CHARS} chars; cut into {len(parts)} windows")
+        return [self.chunk("module", "child", self.module_qn, 1, self.file_parent_id, first, last,
+                           f"module {self.module_qn}", ex.module_summary if part == 1 else "", text,
+                           [self.module_id], part=part)  # embedded as it is: the module's words would
+                for part, first, last, text in parts]     # draw queries that name one of its definitions
+
+    def class_rest(self, defs: list[Definition], index: int, outline: str, symbol: str,
+                   occurrence: int, parent_id: str, node_id: str) -> list[Chunk]:
+        """The lines of a class's own body (not its members') that its outline left out (past the
+        outline's size cap; a field or comment it shortened), as windows after the outline, so
+        all of a class is in some child."""
+        lo, hi = self.span_of(defs[index])
+        holes = [self.span_of(m) for m in defs if m.owner == index]
+        flat = " ".join(outline.split())
+        missing = [(n, line) for n, line in self.outside(lo, hi, holes)
+                   if line.strip() and " ".join(line.split()) not in flat]
+        d = defs[index]
+        return [self.chunk("class", "child", symbol, occurrence, parent_id, first, last, d.title, "",
+                           text, [node_id], embed_text=code_embed_text(symbol, self.module_qn, text),
+                           part=part + 1)
+                for part, first, last, text in windows(missing)]
 
     @property
     def file_parent_id(self) -> str:

@@ -161,28 +161,42 @@ class _PythonFile:
         return first_sentence("\n".join(comments))
 
     def outline(self, node: ast.ClassDef) -> str:
-        """Class header, docstring, then each member's signature (bodies elided) and the simple
-        class-level statements (fields), so the class child stays small."""
-        start = _start_line(node)
-        body = node.body
-        if body[0].lineno == node.lineno:  # `class A: pass`
-            return "".join(self.lines[start - 1:node.end_lineno])
-        out = self.lines[start - 1:body[0].lineno - 1]
-        for stmt in body:
-            first = _start_line(stmt)
+        """The class's own source with its members' bodies elided, so the class child stays small
+        yet holds all of the class's own text: header, docstring, fields, comments (`#:` attribute
+        docs), the statements under `if`/`try`; a method keeps its signature, then `...`; a nested
+        class its header line (its own outline has the rest). Blank lines between statements go."""
+        start, end = _start_line(node), node.end_lineno
+        if node.body[0].lineno == node.lineno:  # `class A: pass`
+            return "".join(self.lines[start - 1:end])
+        drop: set[int] = set()           # lines of member bodies
+        ellipsis: dict[int, str] = {}    # a method's last signature line -> the `...` after it
+        blank_ok: set[int] = set()       # lines of simple statements (a docstring's blank lines)
+        stack = list(node.body)
+        while stack:
+            stmt = stack.pop()
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 sig_end = stmt.body[0].lineno - 1 if stmt.body[0].lineno > stmt.lineno else stmt.lineno
-                out += self.lines[first - 1:sig_end]
+                drop.update(range(sig_end + 1, stmt.end_lineno + 1))
                 if sig_end < stmt.end_lineno:
-                    indent = self.lines[stmt.lineno - 1][: stmt.col_offset]
-                    out.append(f"{indent}    ...\n")
-            elif isinstance(stmt, ast.ClassDef) or any(
-                    getattr(stmt, name, None) for name in _BLOCK_FIELDS):
-                out += self.lines[first - 1:stmt.lineno]  # compound: its header line only
+                    ellipsis[sig_end] = f"{self.lines[stmt.lineno - 1][: stmt.col_offset]}    ...\n"
+            elif isinstance(stmt, ast.ClassDef):
+                drop.update(range(stmt.lineno + 1, stmt.end_lineno + 1))
+            elif isinstance(stmt, (ast.ExceptHandler, ast.match_case)):
+                stack.extend(stmt.body)
+            elif any(getattr(stmt, name, None) for name in _BLOCK_FIELDS):
+                stack.extend(s for name in _BLOCK_FIELDS for s in getattr(stmt, name, None) or [])
             else:
-                out += self.lines[first - 1:stmt.end_lineno]
+                blank_ok.update(range(_start_line(stmt), stmt.end_lineno + 1))
+        out = []
+        for number in range(start, end + 1):
+            line = self.lines[number - 1]
+            if number in drop or (not line.strip() and number not in blank_ok):
+                continue
+            out.append(line)
+            if number in ellipsis:
+                out.append(ellipsis[number])
         text = "".join(out)
-        if len(text) > OUTLINE_MAX_CHARS:
+        if len(text) > OUTLINE_MAX_CHARS:  # `code.class_rest` windows what the cap leaves out
             text = text[: text.rfind("\n", 0, OUTLINE_MAX_CHARS) + 1] + "    ...\n"
         return text
 

@@ -255,6 +255,11 @@ class _TreeSitterFile:
             end = line_end
         return self.src[start:end].decode("utf-8", "replace")
 
+    def extent(self, span: Node) -> tuple[int, int]:
+        """The bytes of a definition's text (`add`): from its doc comment to its end."""
+        start = self.line_begin(self.leading(span)[0].start_byte)
+        return start, start + len(self.source(start, span.end_byte).encode("utf-8"))
+
     def find_class(self, qualname: str) -> int | None:
         for index, d in enumerate(self.defs):
             if d.kind == "class" and d.qualname == qualname:
@@ -320,29 +325,38 @@ class _TreeSitterFile:
         return ""
 
     def outline(self, index: int) -> str:
-        """Class header, then each member: signatures for methods, source for fields."""
-        node, span, d = self.nodes[index], self.spans[index], self.defs[index]
-        body = node.child_by_field_name("body")
+        """The class's own source, its members elided: doc comment, header, fields and free
+        comments as they are; a member becomes its signature and `{ ... }` (Go/Rust methods, which
+        live outside the type, are listed before its closing line). Blank lines go; capped, and
+        `code.class_rest` windows what the cap leaves out."""
+        span, d = self.spans[index], self.defs[index]
         members = [i for i, m in enumerate(self.defs) if m.owner == index]
-        if body is None or not members:
+        if not members:
             return d.text
-        out = [self.source(self.line_begin(span.start_byte), body.start_byte).rstrip() + " {"]
-        member_ids = {self.nodes[i].id: i for i in members}
-        children = []
-        for child in body.named_children:  # Java enums keep members one level down
-            children += child.named_children if child.type in _CONTAINERS else [child]
-        for child in children:
-            if child.type in _COMMENTS:
+        lo, hi = self.extent(self.spans[index])
+        inside, outside = [], []
+        for i in members:
+            a, b = self.extent(self.spans[i])
+            (inside if lo <= a and b <= hi else outside).append((a, b, i))
+        parts, pos = [], lo
+        for a, b, i in sorted(inside):
+            if a < pos:  # cannot happen for direct members; never emit a byte twice
                 continue
-            if child.id in member_ids:
-                out.append(f"    {self.defs[member_ids[child.id]].title} {{ ... }}")
-            else:
-                out.append("    " + " ".join(self.text_of(child).split())[:_TITLE_MAX])
-        # Go/Rust methods live outside the type's body.
-        out += [f"    {self.defs[i].title} {{ ... }}" for i in members
-                if self.spans[i].start_byte > body.end_byte or self.spans[i].end_byte < body.start_byte]
-        text = "\n".join(out) + "\n}\n"
-        return text[:OUTLINE_MAX_CHARS]
+            member = self.src[a:b].decode("utf-8", "replace")
+            indent = member[: len(member) - len(member.lstrip(" \t"))]
+            parts += [self.src[pos:a].decode("utf-8", "replace"),
+                      f"{indent}{self.defs[i].title} {{ ... }}" + ("\n" if member.endswith("\n") else "")]
+            pos = b
+        parts.append(self.src[pos:hi].decode("utf-8", "replace"))
+        lines = [line for line in "".join(parts).splitlines(keepends=True) if line.strip()]
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        extra = [f"    {self.defs[i].title} {{ ... }}\n" for _, _, i in sorted(outside)]
+        at = len(lines) - 1 if lines and lines[-1].strip() in ("}", "};") else len(lines)
+        text = "".join(lines[:at] + extra + lines[at:])
+        if len(text) > OUTLINE_MAX_CHARS:
+            text = text[: text.rfind("\n", 0, OUTLINE_MAX_CHARS) + 1 or OUTLINE_MAX_CHARS]
+        return text
 
     # -- facts ---------------------------------------------------------------------------
     def error_lines(self, root: Node) -> list[int]:

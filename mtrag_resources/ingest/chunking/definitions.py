@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# Child chunks that are summaries of something bigger (module-level code, class outline).
+# Child chunks that are summaries of something bigger (class outline), and the size of a window
+# (module-level code, what an outline leaves out, fallback windows: chunking/windows.py).
 OUTLINE_MAX_CHARS = 4_000
 SUMMARY_MAX_CHARS = 300
 
@@ -23,7 +24,7 @@ class Definition:
     text: str                      # the full source of the definition
     title: str                     # signature line: "def total(self)", "class Cart(Base)"
     summary: str = ""
-    outline: str = ""              # classes only: header + docstring + member signatures
+    outline: str = ""              # classes only: own source (header, docstring, fields) + member signatures
     owner: int | None = None       # index (in Extraction.definitions) of the enclosing class
     calls: list[tuple[str, int, str]] = field(default_factory=list)  # (callee_expr, line, text)
     bases: list[tuple[str, int]] = field(default_factory=list)       # (base_expr, line)

@@ -403,7 +403,9 @@ def _hard_split(text: str, start: int, end: int, max_tokens: int) -> list[tuple[
                          if not (_WORDISH.match(text[k - 1]) and _WORDISH.match(text[k]))), None)
             cut = soft or hard or cut
         out.append(_trim(text, pos, cut))
-        pos = cut
+        # A cut inside one endless word (a hash, base64, a URL): the next piece repeats the last
+        # quarter of this one, so a substring across the cut is still whole in some passage.
+        pos = cut if cut >= end or cut == soft or cut == hard else max(pos + 1, cut - (cut - pos) // 4)
     return [s for s in out if s[1] > s[0]]
 
 
@@ -539,9 +541,8 @@ def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: i
             evidence[:300], source_id,
         ))
 
-        # A section that is only a heading gets no passage: its parent already says it all.
-        if not any(u is not sec.heading for u in sec.units):
-            continue
+        # A section that is only a heading still gets a passage (its heading): parents are not
+        # searched, and nothing of a file may be left out of every child.
         pieces = [p for u in sec.units for p in _pieces(work, u, max_tokens)]
         for idx, (s, e) in enumerate(_pack(work, pieces, max_tokens)):
             p_first, p_last = line_of(s), line_of(e - 1)
