@@ -99,9 +99,9 @@ def _reader(settings: Settings | None = None):
 
 def cmd_query(args) -> int:
     from mtrag_resources.serving.requests import check_query
-    check_query(args.text, args.k, args.kind, args.mode)  # bad input first, before any store opens
+    check_query(args.text, args.k, args.kind, args.mode, args.source)  # bad input first, before any store opens
     reader = _reader(_published_settings())
-    result = reader.query(args.text, k=args.k, kind=args.kind, mode=args.mode)
+    result = reader.query(args.text, k=args.k, kind=args.kind, mode=args.mode, sources=args.source)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
@@ -154,14 +154,18 @@ def cmd_status(args) -> int:
 
 def cmd_serve(args) -> int:
     from mtrag_resources.serving.http import serve
-    serve(_reader(), host=args.host, port=args.port, api_key=_settings().api_key)
+    reader = _reader()
+    reader.watch_current()  # a new generation opens beside the served one; no query waits for it
+    serve(reader, host=args.host, port=args.port, api_key=_settings().api_key)
     return 0
 
 
 def cmd_mcp(args) -> int:
     """MCP over stdio (tools search, paths, status); imports no Dagster (serving/mcp.py)."""
     from mtrag_resources.serving.mcp import serve_stdio
-    serve_stdio(_reader())
+    reader = _reader()
+    reader.watch_current()
+    serve_stdio(reader)
     return 0
 
 
@@ -202,7 +206,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MODES, PATH_RELATIONS
+    from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS
     fmt = _HelpFormatter
     parser = _Parser(prog="mtrag", description="Build and query mtrag's retrieval indexes.", formatter_class=fmt)
     debug_help = "on an error, print the traceback (without it: one line and the exit code)"
@@ -237,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=list(MODES), default="hybrid",
                    help="hybrid: dense + lexical + exact fused; dense: vectors only; lexical: FTS only; "
                         "exact: identifier lookup only; bundles: hybrid plus per-file bundles")
+    p.add_argument("--source", action="append", metavar="ID",
+                   help=f"only this published source id (repeatable, at most {MAX_SOURCES}; repeats collapse): "
+                        "every channel, the bridge and paths read only the named sources; an id the published "
+                        "generation does not hold is refused with the known ones (default: every source)")
     p.set_defaults(func=cmd_query)
 
     p = command("paths", "verified graph paths from a symbol",

@@ -4,6 +4,7 @@ error is one line on stderr naming the input (and what is allowed) with exit cod
 home with nothing published creates nothing; `mtrag build` prints its stages with counts."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -48,6 +49,9 @@ USAGE = [
     (("query", "tax", "--k", "100000"), f"mtrag: k must be an integer from 1 to {MAX_K}, got 100000"),
     (("query", "x" * 100 * 1024), f"mtrag: query is {100 * 1024} bytes of UTF-8; the limit is {MAX_QUERY_BYTES} "
                                   "bytes (16 KB)"),
+    (("query", "tax", *[a for i in range(51) for a in ("--source", f"s{i}")]),
+     "mtrag: sources names 51 ids; the limit is 50"),
+    (("query", "tax", "--source", "shop", "--source", ""), "mtrag: sources[1] is empty"),
     (("paths", "--from", "a.b", "--rel", "FOO"), f"mtrag: unknown relation type(s) ['FOO']; allowed: "
                                                  f"{list(PATH_RELATIONS)}"),
     (("paths", "--from", "a.b", "--rel", "calls,"), "mtrag: unknown relation type(s) ['']; allowed: "
@@ -145,7 +149,7 @@ def test_help_states_every_option_its_default_and_limits():
 
     text = help_of("query")
     for part in (f"1 to {MAX_K} (default: 10)", f"{MAX_QUERY_BYTES} bytes of UTF-8 (16 KB)", "(default: hybrid)",
-                 "--kind {code,docs}", "--debug", "--json", *MODES):
+                 "--kind {code,docs}", "--debug", "--json", "--source ID", "repeatable, at most 50", *MODES):
         assert part in text, (part, text)
     text = help_of("paths")
     for part in ("1 to 6 hops (default: 4)", "default: CALLS", "(default: out)", "--to", "--json",
@@ -184,6 +188,13 @@ def test_refusals_against_a_published_home(published):
     assert one_line(mtrag("query", "tax", "--k", "0"), 2) == f"mtrag: k must be an integer from 1 to {MAX_K}, got 0"
     assert one_line(mtrag("paths", "--from", "shopcart.cart.Cart", "--rel", "OWNS"), 2).startswith(
         "mtrag: unknown relation type(s) ['OWNS']; allowed: ")
+    # --source: an id the published generation does not hold is named, with the known ones
+    assert one_line(mtrag("query", "tax", "--source", "shop", "--source", "nope"), 2) == (
+        "mtrag: sources: unknown source id(s) ['nope']; the published generation's sources are ['shop', 'shop-docs']")
+    out = mtrag("query", "apply tax", "--json", "--source", "shop-docs", "--source", "shop-docs")  # repeats collapse
+    assert out.returncode == 0 and out.stderr == "", out.stderr[-3000:]
+    hits = json.loads(out.stdout)["hits"]
+    assert hits and {h["source_id"] for h in hits} == {"shop-docs"}
 
 
 @pytest.mark.integration

@@ -262,6 +262,23 @@ def test_exact_last_part_for_qualified_queries(store):
     assert store.exact("") == [] and store.exact("``") == []
 
 
+def test_exact_restricted_to_sources(store):
+    """A scoped query asks the alias table itself for its sources (a bound `IN (...)`), exact and
+    last-part matches alike; an id with SQL in it is a value, not SQL."""
+    store.write_source("fork", "g1", "x", [
+        row("f_tax", "def lookup_rate(region): ...", symbol="shop.cart.lookup_rate", parent_id=None),
+        row("f_pass", "def make_password(): ...", symbol="shop.auth.make_password", parent_id=None)], None)
+    assert set(ids(store.exact("shop.cart.lookup_rate"))) == {"c_tax", "f_tax"}
+    assert ids(store.exact("shop.cart.lookup_rate", source_ids=["fork"])) == ["f_tax"]
+    assert ids(store.exact("shop.cart.lookup_rate", source_ids=["shop"])) == ["c_tax"]
+    assert set(ids(store.exact("shop.cart.lookup_rate", source_ids=["shop", "fork"]))) == {"c_tax", "f_tax"}
+    last = store.exact("shop.make_password", source_ids=["fork"])  # the last-part fallback, scoped too
+    assert ids(last) == ["f_pass"] and last[0]["match"] == "last_part"
+    assert store.exact("shop.cart.lookup_rate", source_ids=[]) == []
+    assert store.exact("shop.cart.lookup_rate", source_ids=["x') OR 1=1 --"]) == []
+    assert ids(store.search("lookup_rate", source_ids=["fork"])) == ["f_tax"]
+
+
 def test_accepts_chunk_dataclasses_and_round_trips_columns(tmp_path):
     s = FtsStore(tmp_path / "dc.sqlite")
     c = Chunk(chunk_id="k1", parent_id=None, role="child", chunk_type="function",

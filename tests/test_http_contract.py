@@ -160,7 +160,7 @@ def test_statuses_and_error_bodies(capsys):
         assert code == 422 and "field" not in _error(body)
         assert reader.calls == []  # nothing invalid reached the reader
         code, body, _ = _request(port, "POST", "/v1/query", b'{"query": "x", "k": 3, "kind": null}')  # no Content-Type: JSON
-        assert code == 200 and reader.calls == [{"text": "x", "k": 3, "kind": None, "mode": "hybrid"}]
+        assert code == 200 and reader.calls == [{"text": "x", "k": 3, "kind": None, "mode": "hybrid", "sources": None}]
         code, body, _ = _request(port, "POST", "/v1/paths", b'{"from": "a", "rel": "calls, inherits"}', JSON)
         assert code == 200 and reader.calls[-1] == ("a", None, ["CALLS", "INHERITS"], "out", 4, True, 10)
         code, body, _ = _request(port, "POST", "/v1/paths", b'{"from": "boom"}', JSON)
@@ -173,6 +173,33 @@ def test_statuses_and_error_bodies(capsys):
     assert "mtrag-http 127.0.0.1 GET /v1/query 405 " in log[0] and log[0].endswith("ms")
     assert any(" POST /v1/paths 500 " in line for line in log)
     assert len(log) == 1 + 6 * (len(mhttp.ROUTES) + 1) + 7 + 10 + 9 + 1 + 5  # one line per request
+
+
+@pytest.mark.unit
+def test_sources_shapes_are_422_naming_the_field_and_a_scope_reaches_the_reader():
+    """`sources`: null or 1 to 50 non-empty strings; duplicates collapse in order. Whether each id
+    is published is the reader's check (a 400, tests/test_http_errors.py)."""
+    reader = _StubReader()
+    with running_server(reader) as server:
+        port = server.server_address[1]
+        for sources, words in (([], "empty"), ("shop", "list of source ids"), ([1], "sources[0] must be a string"),
+                               (["shop", ""], "sources[1] is empty"), (["  "], "sources[0] is empty"),
+                               ({"shop": 1}, "list of source ids"),
+                               ([f"s{i}" for i in range(51)], "51 ids; the limit is 50")):
+            code, body, _ = _request(port, "POST", "/v1/query", json.dumps({"text": "x", "sources": sources}).encode(),
+                                     JSON)
+            err = _error(body)
+            assert (code, err["code"], err.get("field")) == (422, "unprocessable", "sources"), (sources, body)
+            assert words in err["message"], (sources, body)
+        assert reader.calls == []
+        fifty = [f"s{i}" for i in range(50)]
+        for sources, given in ((None, None), (["b", "a", "b"], ["b", "a"]), (fifty, fifty)):
+            code, body, _ = _request(port, "POST", "/v1/query", json.dumps({"text": "x", "sources": sources}).encode(),
+                                     JSON)
+            assert code == 200 and reader.calls[-1]["sources"] == given, body
+    schema = openapi.document()["components"]["schemas"]["QueryRequest"]["properties"]["sources"]
+    assert (schema["minItems"], schema["maxItems"], schema["type"]) == (1, 50, ["array", "null"])
+    assert "unknown_source" in openapi.ERROR_CODES
 
 
 @pytest.mark.unit

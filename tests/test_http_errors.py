@@ -73,6 +73,24 @@ def test_409_when_the_published_generation_was_embedded_by_another_model(publish
         assert code == 200 and body["generation"] == manifest["generation"] and body["hits"]
 
 
+def test_400_when_sources_names_a_source_the_generation_does_not_hold(published):
+    with serving(published["home"]) as port:
+        code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "sources": ["shop", "nope", "x" * 200]})
+        assert code == 400, body
+        assert body == {"error": {"code": "unknown_source", "field": "sources",
+                                  "message": f"sources: unknown source id(s) ['nope', '{'x' * 77}...']; the "
+                                             "published generation's sources are ['shop', 'shop-docs']"}}
+        for mode in ("hybrid", "lexical", "exact", "bundles"):  # refused before any channel runs, in every mode
+            code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "mode": mode, "sources": ["Shop"]})
+            assert (code, body["error"]["code"], body["error"]["field"]) == (400, "unknown_source", "sources")
+        code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "sources": [f"s{i}" for i in range(51)]})
+        assert (code, body["error"]["field"]) == (422, "sources") and "the limit is 50" in body["error"]["message"]
+        code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "sources": ["shop", "shop"], "k": 5})
+        assert code == 200 and body["hits"] and {h["source_id"] for h in body["hits"]} == {"shop"}
+        code, body = call(port, "POST", "/v1/query", {"text": "apply tax", "sources": None, "k": 10})
+        assert code == 200 and {h["source_id"] for h in body["hits"]} == {"shop", "shop-docs"}
+
+
 def test_503_while_current_is_corrupt_and_200_once_it_is_repaired(published):
     path = current_path(settings().manifest_dir)
     good = path.read_text()

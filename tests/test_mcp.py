@@ -32,8 +32,8 @@ class FakeReader:
     def __init__(self):
         self.calls = []
 
-    def query(self, text, k=10, kind=None, mode="hybrid"):
-        self.calls.append(("query", text, k, kind, mode))
+    def query(self, text, k=10, kind=None, mode="hybrid", sources=None):
+        self.calls.append(("query", text, k, kind, mode) + ((sources,) if sources is not None else ()))
         if text == "store gone":
             raise StoreError("the FTS store cannot be read")
         if text == "bug":
@@ -82,6 +82,8 @@ def test_three_tools_with_documented_schemas_and_limits():
     assert paths["required"] == ["from"] and set(paths["properties"]) == {"from", "to", "rel", "direction", "max_hops"}
     assert (paths["properties"]["max_hops"]["minimum"], paths["properties"]["max_hops"]["maximum"]) == (1, 6)
     assert "CALLS" in paths["properties"]["rel"]["items"]["enum"]
+    scope = search["properties"]["sources"]
+    assert (scope["type"], scope["minItems"], scope["maxItems"], scope["items"]["type"]) == ("array", 1, 50, "string")
     assert by_name["status"].input_schema["properties"] == {}
 
 
@@ -92,16 +94,18 @@ def test_calls_reach_the_reader_with_defaults_and_return_its_json():
     async def calls(c):
         return [await c.call_tool("search", {"query": "how do I add tax"}),
                 await c.call_tool("search", {"query": "tax", "k": 3, "kind": "docs", "mode": "lexical"}),
+                await c.call_tool("search", {"query": "tax", "sources": ["shop", "shop-docs", "shop"]}),
                 await c.call_tool("paths", {"from": "a.b", "rel": ["CALLS", "INHERITS"], "direction": "in"}),
                 await c.call_tool("status", {})]
     results = _in_process(reader, calls)
-    assert [r.is_error for r in results] == [False] * 4
+    assert [r.is_error for r in results] == [False] * 5
     assert reader.calls == [("query", "how do I add tax", 10, None, "hybrid"), ("query", "tax", 3, "docs", "lexical"),
+                            ("query", "tax", 10, None, "hybrid", ["shop", "shop-docs", "shop"]),  # the reader collapses
                             ("paths", "a.b", None, ["CALLS", "INHERITS"], "in", 4), ("status",)]
     assert results[0].structured_content == {**EMPTY_ANSWER, "query": "how do I add tax"}
     assert json.loads(results[0].content[0].text) == results[0].structured_content
-    assert results[2].structured_content["from"] == "a.b"
-    assert results[3].structured_content == {"generation": 1, "sources": {}, "stale": []}
+    assert results[3].structured_content["from"] == "a.b"
+    assert results[4].structured_content == {"generation": 1, "sources": {}, "stale": []}
 
 
 @pytest.mark.unit
@@ -116,6 +120,11 @@ def test_refusals_and_failures_are_tool_errors_with_the_message():
         ("search", {"query": "x", "mode": "fuzzy"}, "mode must be one of"),
         ("search", {"query": "x", "evil": 1}, "unknown argument(s) ['evil']"),
         ("search", {}, "'query' is required"),
+        ("search", {"query": "x", "sources": []}, "sources must name at least 1 item"),
+        ("search", {"query": "x", "sources": [f"s{i}" for i in range(51)]}, "sources names 51 items; the limit is 50"),
+        ("search", {"query": "x", "sources": "shop"}, "sources must be an array"),
+        ("search", {"query": "x", "sources": [3]}, "sources[0] must be a string"),
+        ("search", {"query": "x", "sources": ["shop", " "]}, "sources[1] is empty"),
         ("paths", {"from": "a", "max_hops": 7}, "max_hops must be from 1 to 6"),
         ("paths", {"from": "a", "rel": ["DROP"]}, "must be one of"),
         ("paths", {"from": "bad"}, "from 'bad' is not a symbol"),        # QueryError from the reader
@@ -171,11 +180,13 @@ def test_mtrag_mcp_over_stdio_answers_from_the_published_generation(published, t
         paths = await s.call_tool("paths", {"from": "shopcart.cart.Cart.total", "rel": ["CALLS"], "max_hops": 3})
         status = await s.call_tool("status", {})
         bad = await s.call_tool("search", {"query": "x", "k": 500})
-        return tools, search, prose, docs, paths, status, bad
+        unknown = await s.call_tool("search", {"query": "apply tax", "sources": ["nope", "shop"]})
+        scoped = await s.call_tool("search", {"query": "apply tax to an amount", "k": 5, "sources": ["shop-docs"]})
+        return tools, search, prose, docs, paths, status, bad, unknown, scoped
 
     errlog = tmp_path / "mcp.stderr"
-    tools, search, prose, docs, paths, status, bad = _stdio(_env(PYTHONPROFILEIMPORTTIME="1"), errlog, session,
-                                                            tmp_path)
+    tools, search, prose, docs, paths, status, bad, unknown, scoped = _stdio(
+        _env(PYTHONPROFILEIMPORTTIME="1"), errlog, session, tmp_path)
     assert {t.name for t in tools.tools} == TOOLS and len(tools.tools) == 3
     for r in (search, prose, docs, paths, status):
         assert not r.is_error, r.content[0].text
@@ -205,6 +216,14 @@ def test_mtrag_mcp_over_stdio_answers_from_the_published_generation(published, t
     assert ["shopcart.cart.Cart.total", "shopcart.tax.apply_tax", "shopcart.tax.lookup_rate"] in chains
     assert status.structured_content["generation"] == 1 and status.structured_content["stale"] == []
     assert bad.is_error and "k must be from 1 to 100" in bad.content[0].text
+    # A scope naming an unpublished source is a tool error naming it and the known ones; a scope
+    # to the docs source answers from it alone (its bridge would lead into `shop`: none).
+    assert unknown.is_error and "unknown source id(s) ['nope']" in unknown.content[0].text
+    assert "['shop', 'shop-docs']" in unknown.content[0].text
+    assert not scoped.is_error, scoped.content[0].text
+    hits = scoped.structured_content["hits"]
+    assert hits and {h["source_id"] for h in hits} == {"shop-docs"}
+    assert scoped.structured_content["bridge"] == [] and scoped.structured_content["paths"] == []
     # The whole session of `mtrag mcp` - startup, a dense query, paths - never imported Dagster.
     imported = [line.split("|")[-1].strip() for line in errlog.read_text().splitlines()
                 if line.startswith("import time:")]

@@ -177,6 +177,20 @@ def test_bad_requests_raise_query_error(reader):
             reader.query(**kwargs)
 
 
+def test_a_scope_is_checked_against_the_published_manifest(reader):
+    from mtrag_resources.serving.reader import UnknownSource
+    with pytest.raises(UnknownSource, match=r"^sources: unknown source id\(s\) \['nope'\]; the published "
+                                            r"generation's sources are \['shop', 'shop-docs'\]$"):
+        reader.query("tax", sources=["shop", "nope"])
+    for bad, words in (([], "empty"), ([f"s{i}" for i in range(51)], "51 ids; the limit is 50"),
+                       (["shop", 3], r"sources\[1\] must be a string"), ("shop", "list of source ids"),
+                       ([""], r"sources\[0\] is empty")):
+        with pytest.raises(QueryError, match=words):
+            reader.query("tax", sources=bad)
+    once = [h.chunk_id for h in reader.query("tax", sources=["shop"]).hits]
+    assert once and [h.chunk_id for h in reader.query("tax", sources=["shop", "shop"]).hits] == once  # collapsed
+
+
 def test_status_json_shape(reader):
     status = reader.status()
     assert status["generation"] == 1
@@ -298,3 +312,91 @@ def test_queries_from_many_threads_at_once_match_the_serial_answers(reader):
         t.join(120)
     assert errors == [] and len(results) == 48
     assert all(ids == serial[q] for q, ids in results)
+
+
+# ------------------------------------------------------------------ scoped queries (last: rebuilds the graph)
+
+FORK = "shop-fork"
+
+
+@pytest.fixture
+def overlapping(mtrag_env):
+    """A published home of three sources whose texts overlap: `shop`, `shop-fork` (the same
+    package under another root: every identifier, word and call in both) and `shop-docs`, whose
+    MENTIONS name symbols both code sources define. Runs after the module's other tests: its
+    build replaces the graph the `published` fixture's reader reads."""
+    import shutil
+    root = mtrag_env["root"]
+    shutil.copytree(root / "shop", root / FORK)
+    mtrag_env["sources"].write_text(
+        "sources:\n"
+        "  - {id: shop, kind: code, path: shop, include: [\"src/**/*.py\"]}\n"
+        f"  - {{id: {FORK}, kind: code, path: {FORK}, include: [\"src/**/*.py\"]}}\n"
+        "  - {id: shop-docs, kind: docs, path: shop-docs}\n")
+    from tests.build_helpers import build
+    build()
+    r = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    yield r
+    r.close()
+
+
+def _answer_sources(answer) -> dict[str, set]:
+    """The source of every hit, bridge entry, bundle and path node of an answer."""
+    from mtrag_resources.serving.reader import _node_source
+    return {"hits": {h["source_id"] for h in answer["hits"]},
+            "bridge": {b["source_id"] for b in answer["bridge"]},
+            "bundles": {b["source_id"] for b in answer["bundles"]},
+            "paths": {_node_source(n) for p in answer["paths"] for n in p["nodes"]}}
+
+
+MODE_QUERIES = [("hybrid", "apply the regional tax to an amount"), ("dense", "apply the regional tax to an amount"),
+                ("lexical", "tax region"), ("exact", "shopcart.tax.apply_tax"), ("bundles", "tax rate for a region")]
+
+
+def test_a_scoped_query_reads_only_its_sources_in_every_channel(overlapping):
+    reader = overlapping
+    assert set(reader.status()["sources"]) == {"shop", FORK, "shop-docs"}
+    for mode, text in MODE_QUERIES:
+        every = _answer_sources(reader.query(text, mode=mode, k=20))
+        assert {"shop", FORK} <= every["hits"], (mode, every)  # unscoped: both copies answer
+        if mode == "bundles":
+            assert {"shop", FORK} <= every["bundles"], every
+        for scope in (["shop"], [FORK]):
+            answer = reader.query(text, mode=mode, k=20, sources=scope)
+            assert answer["hits"] and answer["stale"] == [], (mode, scope, answer["stale"])
+            got = _answer_sources(answer)
+            for what, found in got.items():
+                assert found <= set(scope), (mode, scope, what, found)
+            if mode == "bundles":
+                assert got["bundles"] == set(scope)
+            if mode == "exact":
+                assert {h["symbol"] for h in answer["hits"]} >= {"shopcart.tax.apply_tax"}
+                assert answer["exact"]["matched"] is True
+
+    # Paths from an exact code anchor whose name both copies define: the scope's own nodes only.
+    every = _answer_sources(reader.query("shopcart.cart.Cart.total", k=10))
+    assert every["paths"] == {"shop", FORK}, every
+    for scope in (["shop"], [FORK]):
+        answer = reader.query("shopcart.cart.Cart.total", k=10, sources=scope)
+        chains = [[n["qualified_name"] for n in p["nodes"]] for p in answer["paths"]]
+        assert ["shopcart.cart.Cart.total", "shopcart.tax.apply_tax", "shopcart.tax.lookup_rate"] in chains
+        assert _answer_sources(answer)["paths"] == set(scope) and _answer_sources(answer)["hits"] == set(scope)
+
+    # The doc -> code bridge: each code copy, scoped with the docs, gets its own symbols (the graph's
+    # edge when it leads there, else the doc's identifiers resolved in the scope's aliases); the
+    # docs alone bridge to nothing (all code is elsewhere).
+    every = reader.query("apply tax to an amount", kind="docs", k=3)
+    assert every["bridge"] and _answer_sources(every)["bridge"] <= {"shop", FORK}
+    for code in ("shop", FORK):
+        answer = reader.query("apply tax to an amount", kind="docs", k=3, sources=["shop-docs", code])
+        assert _answer_sources(answer)["hits"] == {"shop-docs"}
+        assert _answer_sources(answer)["bridge"] == {code}, answer["bridge"]
+        assert "shopcart.tax.apply_tax" in {b["symbol"] for b in answer["bridge"]}
+    docs_only = reader.query("apply tax to an amount", k=10, sources=["shop-docs"])
+    assert _answer_sources(docs_only)["hits"] == {"shop-docs"} and docs_only["bridge"] == []
+    # A pasted doc section naming code: the query's own identifiers resolve in the scope only.
+    pasted = "Use :func:`shopcart.tax.apply_tax` to add tax\nto an amount, and count items\nwith Cart.item_count.\n"
+    for code in ("shop", FORK):
+        answer = reader.query(pasted, k=10, sources=[code, "shop-docs"])
+        assert _answer_sources(answer)["bridge"] == {code}, answer["bridge"]
+        assert _answer_sources(answer)["hits"] <= {code, "shop-docs"}

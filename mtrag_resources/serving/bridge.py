@@ -22,14 +22,17 @@ QUERY_TITLE = "(the query)"
 
 
 def doc_to_code_bridge(neo, fts, manifest: dict, hits: list[dict], state: GateState,
-                       query_code: list[dict] | None = None, query_text: str = "") -> tuple[list[dict], list[dict]]:
+                       query_code: list[dict] | None = None, query_text: str = "",
+                       scope: set[str] | None = None) -> tuple[list[dict], list[dict]]:
     """The doc -> code bridge of an answer, ordered and capped (BRIDGE_CAP): first the code
     symbols the query itself names (`query_code`: rows the exact channel resolved from the
     query's identifiers, e.g. a pasted doc section), then for each of the best BRIDGE_DOC_HITS doc
     hits, in rank order, its MENTIONS / IMPLEMENTS edges (VERIFIED before INFERRED) or, when it has
     none, the identifiers in its text resolved through exact aliases (PROPOSED; logged as
     proposals, never written into the live generation). Each entry names the doc hit it came from
-    (`from_chunk_id`, `from_title`, `from_rank`). Returns (entries, proposals to log)."""
+    (`from_chunk_id`, `from_title`, `from_rank`) and the code's `source_id`. `scope` (a scoped
+    query's sources): only code of these sources is bridged to; a doc hit whose edges all lead
+    elsewhere is resolved through the scope's aliases instead. Returns (entries, proposals to log)."""
     entries = [_entry(QUERY_TITLE, 0, "", row, "MENTIONS", "VERIFIED",
                       {"matched_text": row.get("symbol"), "in": "query"}, "query")
                for row in (query_code or [])]
@@ -46,13 +49,14 @@ def doc_to_code_bridge(neo, fts, manifest: dict, hits: list[dict], state: GateSt
             for b in neo.bridge([h["chunk_id"] for h in doc_hits]):
                 by_doc.setdefault(b["from_chunk_id"], []).append(b)
         for h in doc_hits:
-            edges = sorted(by_doc.get(h["chunk_id"], []),
+            edges = sorted((b for b in by_doc.get(h["chunk_id"], [])
+                            if scope is None or b.get("source_id") in scope),
                            key=lambda b: CONFIDENCE_ORDER.get(b.get("confidence"), 9))
             for b in edges:
                 entries.append(_entry(h["title"], h["rank"], h["chunk_id"], b, b.get("relation"),
                                       b.get("confidence"), b.get("evidence"), "graph"))
             if not edges:
-                found, wanted = _aliases(fts, manifest, h, state)
+                found, wanted = _aliases(fts, manifest, h, state, scope)
                 entries.extend(found)
                 proposals.extend(wanted)
     out, seen = [], set()
@@ -107,16 +111,23 @@ def _inside(passage: str, query: str) -> bool:
 def _entry(title: str, rank: int, chunk_id: str, target: dict, relation, confidence, evidence, via: str) -> dict:
     return {"from_chunk_id": chunk_id, "from_title": title, "from_rank": rank, "symbol": target.get("symbol"),
             "file_path": target.get("file_path"), "start_line": target.get("start_line"),
-            "relation": relation, "confidence": confidence, "evidence": evidence, "via": via}
+            "relation": relation, "confidence": confidence, "evidence": evidence, "via": via,
+            "source_id": target.get("source_id")}
 
 
-def _aliases(fts, manifest: dict, h: dict, state: GateState) -> tuple[list[dict], list[dict]]:
-    """A doc hit without edges: the identifiers in its text that name exactly one code symbol."""
+def _aliases(fts, manifest: dict, h: dict, state: GateState,
+             scope: set[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """A doc hit without edges: the identifiers in its text that name exactly one code symbol
+    (of the scope's code sources, for a scoped query)."""
     stale_f = state.stale_for("fts")
-    code_sources = {s for s, e in manifest["sources"].items() if e["kind"] == "code"}
+    code_sources = {s for s, e in manifest["sources"].items() if e["kind"] == "code"
+                    and (scope is None or s in scope)}
+    ids = None if scope is None else sorted(code_sources - stale_f)
+    if ids == []:
+        return [], []
     entries, proposals = [], []
     for ident in identifiers_in(h["text"])[:8]:
-        found = [e for e in fts.exact(ident, k=3)
+        found = [e for e in fts.exact(ident, k=3, source_ids=ids)
                  if e["source_id"] in code_sources and e["source_id"] not in stale_f
                  and e["match"] == "exact" and e["alias_kind"] in ("symbol", "short_symbol")]
         if len(found) != 1:

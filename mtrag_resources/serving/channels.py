@@ -20,9 +20,21 @@ def _recall_k(k: int) -> int:
     return max(k * 3, 20)
 
 
-def fts(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[dict]:
-    return [h for h in store.search(text, k=_recall_k(k), source_kind=kind)
-            if h["source_id"] in sources and h["source_id"] not in stale]
+def scope_ids(sources: dict, stale: set[str], scope: set[str] | None) -> list[str] | None:
+    """The source ids a scoped query's store lookups are restricted to (the scope's current
+    ones, sorted: a bound `IN (...)` list), or None for an unscoped query (every source; the
+    results are filtered afterwards)."""
+    return None if scope is None else sorted(s for s in sources if s in scope and s not in stale)
+
+
+def fts(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str],
+        scope: set[str] | None = None) -> list[dict]:
+    """bm25 hits of published, current sources; `scope`: only these sources, asked of the store
+    itself (`WHERE source_id IN (...)`) so other sources take none of the recall budget."""
+    ids = scope_ids(sources, stale, scope)
+    return [h for h in store.search(text, k=_recall_k(k), source_kind=kind, source_ids=ids)
+            if h["source_id"] in sources and h["source_id"] not in stale
+            and (scope is None or h["source_id"] in scope)]
 
 
 def same_kind(kind: str) -> str:
@@ -31,10 +43,12 @@ def same_kind(kind: str) -> str:
 
 def dense(store, lock: threading.Lock, qvec, k: int, kinds: list[str], sources: dict, stale: set[str],
           unpublished: Callable[[str], bool], collection_of: Callable[[str], str] = same_kind,
-          ) -> tuple[list[tuple[str, float]], dict[str, str]]:
+          scope: set[str] | None = None) -> tuple[list[tuple[str, float]], dict[str, str]]:
     """(chunk id, cosine) best first, and each hit's collection kind. `collection_of` maps a source
-    kind to the collection searched (the multilingual one for a CJK query)."""
-    ok_sources = [s for s, e in sources.items() if e["kind"] in kinds and s not in stale]
+    kind to the collection searched (the multilingual one for a CJK query). `sources`: every
+    published source; `scope`: only these (a Qdrant `source_id` filter)."""
+    ok_sources = [s for s, e in sources.items() if e["kind"] in kinds and s not in stale
+                  and (scope is None or s in scope)]
     found_all: list[tuple[str, float]] = []
     kind_of: dict[str, str] = {}
     for kd in kinds:
@@ -42,7 +56,7 @@ def dense(store, lock: threading.Lock, qvec, k: int, kinds: list[str], sources: 
         if not ids:
             continue
         # Embedded Qdrant evaluates filters point by point in Python: filter only when a source of
-        # this kind must be left out (stale or unpublished).
+        # this kind must be left out (stale, unpublished or out of the query's scope).
         every = sorted(s for s, e in sources.items() if e["kind"] == kd) == sorted(ids) and not unpublished(kd)
         with lock:
             found = store.search(collection_of(kd), qvec, k=_recall_k(k), source_ids=None if every else ids,
@@ -60,26 +74,30 @@ class AliasLookups:
 
     K = 8  # enough to tell one symbol from several and to keep the last-part candidates
 
-    def __init__(self, store) -> None:
+    def __init__(self, store, source_ids: list[str] | None = None) -> None:
         self.store = store
+        self.source_ids = source_ids  # a scoped query's sources (None: every source)
         self._hits: dict[str, list[dict]] = {}
 
     def __call__(self, ident: str) -> list[dict]:
         if ident not in self._hits:
-            self._hits[ident] = self.store.exact(ident, k=self.K)
+            self._hits[ident] = self.store.exact(ident, k=self.K, source_ids=self.source_ids)
         return self._hits[ident]
 
 
-def exact(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str]) -> list[str]:
-    return [h["chunk_id"] for h in exact_hits(store, text, k, kind, sources, stale)]
+def exact(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str],
+          scope: set[str] | None = None) -> list[str]:
+    return [h["chunk_id"] for h in exact_hits(store, text, k, kind, sources, stale, scope=scope)]
 
 
 def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale: set[str],
-               lookups: AliasLookups | None = None) -> list[dict]:
+               lookups: AliasLookups | None = None, scope: set[str] | None = None) -> list[dict]:
     """Chunks named exactly by the query, then by each identifier written in it (a pasted doc
-    section names the symbols it is about), in the order the query names them."""
-    lookups = lookups or AliasLookups(store)
-    hits = store.exact(text, k=max(k, 20))
+    section names the symbols it is about), in the order the query names them. `scope`: only
+    aliases of these sources, asked of the store itself (`lookups` then carries the same scope)."""
+    ids = scope_ids(sources, stale, scope)
+    lookups = lookups or AliasLookups(store, ids)
+    hits = store.exact(text, k=max(k, 20), source_ids=ids)
     for ident in identifiers_in(text)[:MAX_QUERY_IDENTIFIERS]:
         if ident != text:
             # only what the identifier names exactly (at most 3 chunks); a guess on its last part
@@ -87,7 +105,8 @@ def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale:
             hits.extend([h for h in lookups(ident) if h["match"] == "exact"][:3])
     out, seen = [], set()
     for h in hits:
-        if h["chunk_id"] in seen or h["source_id"] not in sources or h["source_id"] in stale:
+        if h["chunk_id"] in seen or h["source_id"] not in sources or h["source_id"] in stale \
+                or scope is not None and h["source_id"] not in scope:
             continue
         if kind is not None and sources[h["source_id"]]["kind"] != kind:
             continue

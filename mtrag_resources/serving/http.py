@@ -6,7 +6,8 @@ size, socket timeout, loopback by default, an API key (compared in constant time
 any other bind.
 
 Every error is a JSON body `{"error": {"code", "message", "field"?}}` with the status HTTP defines
-for it: 400 a body that is not JSON, 401 no or a wrong API key, 404 no such route, 405 (with
+for it: 400 a body that is not JSON, or a query whose `sources` names an id the published
+generation does not hold (code `unknown_source`, field `sources`), 401 no or a wrong API key, 404 no such route, 405 (with
 `Allow`) a route asked with another method, 409 the query embedder is not the published
 generation's, 411 no Content-Length, 413 a body over MAX_BODY_BYTES, 415 a Content-Type that is
 not JSON, 422 a JSON body with an invalid field (`field` names it), 503 the published generation
@@ -28,12 +29,13 @@ from mtrag_resources.core.errors import BusyError, ConfigError, MtragError
 from mtrag_resources.stores.contract import is_store_failure
 from mtrag_resources.serving import openapi
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
-from mtrag_resources.serving.requests import KINDS, MAX_K, MODES, PATH_RELATIONS, validate_text
+from mtrag_resources.serving.requests import (KINDS, MAX_K, MODES, PATH_RELATIONS, UnknownSource, check_sources,
+                                              validate_text)
 
 MAX_BODY_BYTES = 64 * 1024
 SOCKET_TIMEOUT_S = 30
 WORKERS = 32  # request threads; a stalled client holds one for at most SOCKET_TIMEOUT_S
-QUERY_FIELDS = {"text", "query", "k", "kind", "mode"}
+QUERY_FIELDS = {"text", "query", "k", "kind", "mode", "sources"}
 PATHS_FIELDS = {"from", "to", "rel", "direction", "max_hops", "verified_only", "limit"}
 MAX_PATHS_LIMIT = openapi.MAX_PATHS_LIMIT
 ROUTES = {"/v1/query": ("POST",), "/v1/paths": ("POST",), "/v1/status": ("GET",), "/healthz": ("GET",),
@@ -97,6 +99,8 @@ def _as_http_error(exc: Exception) -> HttpError | None:
         return exc
     if isinstance(exc, EmbedderMismatch):
         return HttpError(409, str(exc), code="embedder_mismatch")
+    if isinstance(exc, UnknownSource):  # a well-formed scope naming a source that is not published
+        return HttpError(400, str(exc), field=exc.field, code="unknown_source")
     if isinstance(exc, QueryError):  # the reader refused a field value the body's checks let through
         return HttpError(422, str(exc))
     if isinstance(exc, BusyError):
@@ -145,6 +149,15 @@ def _text(value, name: str) -> str:
         raise Unprocessable(str(exc), name) from exc
 
 
+def _sources(body: dict) -> list[str] | None:
+    """`sources`: absent or null (every published source), else 1 to 50 source ids (duplicates
+    collapsed); whether each is published the reader checks (400 `unknown_source`)."""
+    try:
+        return check_sources(body.get("sources"))
+    except QueryError as exc:
+        raise Unprocessable(str(exc), "sources") from exc
+
+
 def _no_unknown(body: dict, allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
@@ -160,7 +173,8 @@ def query_args(body: dict) -> dict:
     if name not in body:
         raise Unprocessable("text is missing (the query, as `text` or `query`)", "text")
     return {"text": _text(body[name], name), "k": _int(body, "k", 10, 1, MAX_K),
-            "kind": _enum(body, "kind", None, KINDS, nullable=True), "mode": _enum(body, "mode", "hybrid", MODES)}
+            "kind": _enum(body, "kind", None, KINDS, nullable=True), "mode": _enum(body, "mode", "hybrid", MODES),
+            "sources": _sources(body)}
 
 
 def paths_args(body: dict, max_hops_limit: int) -> dict:

@@ -26,7 +26,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from mtrag_resources.core.errors import MtragError
-from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MODES, PATH_RELATIONS, QueryError
+from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS, QueryError
 
 SERVER_NAME = "mtrag"
 MAX_HOPS = 6  # the reader's default max_hops_limit
@@ -75,6 +75,12 @@ SEARCH = types.Tool(
                      "description": "Which channels answer: `hybrid` (dense + full-text + exact, the default), "
                                     "`dense` (embeddings only), `lexical` (full-text only), `exact` (identifier "
                                     "aliases only), `bundles` (hybrid, plus the best files as scored bundles)."},
+            "sources": {"type": "array", "items": {"type": "string", "minLength": 1},
+                        "minItems": 1, "maxItems": MAX_SOURCES,
+                        "description": f"Only these sources: 1 to {MAX_SOURCES} source ids of the published "
+                                       "generation (`status` lists them; duplicates are collapsed). Every channel, "
+                                       "the bridge and paths read only them. An unknown id is an error that lists "
+                                       "the known ones. Default: every published source."},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -213,6 +219,8 @@ def _check_value(label: str, spec: dict, value: Any) -> Any:
     if kind == "array":
         if len(value) < spec.get("minItems", 0):
             raise QueryError(f"{label} must name at least {spec['minItems']} item(s)")
+        if "maxItems" in spec and len(value) > spec["maxItems"]:
+            raise QueryError(f"{label} names {len(value)} items; the limit is {spec['maxItems']}")
         if spec.get("uniqueItems") and len(set(map(json.dumps, value))) != len(value):
             raise QueryError(f"{label} repeats an item")
         value = [_check_value(f"{label}[{i}]", spec.get("items", {}), v) for i, v in enumerate(value)]
@@ -226,7 +234,8 @@ def answer(reader, name: str, arguments: dict[str, Any] | None) -> dict[str, Any
         raise QueryError(f"unknown tool {name!r}; tools: {sorted(_BY_NAME)}")
     args = check_arguments(tool, arguments)
     if name == "search":
-        result = reader.query(args["query"], k=args["k"], kind=args.get("kind"), mode=args["mode"])
+        result = reader.query(args["query"], k=args["k"], kind=args.get("kind"), mode=args["mode"],
+                              sources=args.get("sources"))
     elif name == "paths":
         result = reader.paths(args["from"], to_name=args.get("to"), rel_types=args["rel"],
                               direction=args["direction"], max_hops=args["max_hops"])

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import copy
 
-from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MODES, PATH_RELATIONS
+from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS
 
 MAX_HOPS = 6  # the reader's default max_hops_limit
 MAX_PATHS_LIMIT = 100
 MAX_BODY_BYTES = 64 * 1024  # serving/http.py's request body limit (checked equal by the unit test)
 
 ERROR_CODES = ("bad_request", "unauthorized", "not_found", "method_not_allowed", "conflict", "length_required",
-               "payload_too_large", "unsupported_media_type", "unprocessable", "embedder_mismatch",
+               "payload_too_large", "unsupported_media_type", "unprocessable", "embedder_mismatch", "unknown_source",
                "uri_too_long", "headers_too_large", "internal", "unavailable", "http_version_not_supported")
 
 _S = {"type": "string"}
@@ -68,6 +68,13 @@ SCHEMAS: dict[str, dict] = {
         "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 10},
         "kind": {"type": ["string", "null"], "enum": [*KINDS, None], "default": None},
         "mode": {"type": "string", "enum": list(MODES), "default": "hybrid"},
+        "sources": {"type": ["array", "null"], "items": {"type": "string", "minLength": 1, "pattern": "\\S"},
+                    "minItems": 1, "maxItems": MAX_SOURCES, "default": None,
+                    "description": f"Only these published sources (1 to {MAX_SOURCES} source ids of the "
+                                   "published generation's manifest; duplicates are collapsed): every channel - "
+                                   "dense, full-text, exact, the doc -> code bridge, paths, bundles - reads only "
+                                   "them. Absent or null: every published source. An id the generation does not "
+                                   "hold is a 400 (`unknown_source`, field `sources`) that lists the known ones."},
     }, [], "Exactly one of `text` and `query`.", extra=False) | {
         "oneOf": [{"required": ["text"], "not": {"required": ["query"]}},
                   {"required": ["query"], "not": {"required": ["text"]}}]},
@@ -95,7 +102,7 @@ SCHEMAS: dict[str, dict] = {
                  "title", "text", "score", "cosine", "channels", "parent"]),
     "BridgeEntry": _obj({"from_chunk_id": _S, "from_title": _NS, "from_rank": _I, "symbol": _NS, "file_path": _NS,
                          "start_line": _NI, "relation": _NS, "confidence": _NS,
-                         "evidence": {"type": ["object", "null"]}, "via": _S},
+                         "evidence": {"type": ["object", "null"]}, "via": _S, "source_id": _NS},
                         ["from_chunk_id", "from_title", "from_rank", "symbol", "file_path", "start_line", "relation",
                          "confidence", "evidence", "via"]),
     "Bundle": _obj({"unit": _S, "source_id": _S, "score": _N, "best_path": _ANY, "cost_path": _ANY,
@@ -179,7 +186,10 @@ DOCUMENT: dict = {
     "paths": {
         "/v1/query": {"post": _post("query", "Search code and docs (the JSON of `mtrag query --json`)",
                                     "QueryRequest", "Answer",
-                                    {"409": _error("The query embedder does not match the published generation's "
+                                    {"400": _error("The body is not JSON, or `sources` names a source the "
+                                                   "published generation does not hold (code `unknown_source`, "
+                                                   "field `sources`; the message lists the known ones)."),
+                                     "409": _error("The query embedder does not match the published generation's "
                                                    "(code `embedder_mismatch`).")})},
         "/v1/paths": {"post": _post("paths", "Verified graph paths from a symbol", "PathsRequest", "PathsAnswer")},
         "/v1/status": {"get": _get("status", "The published generation and every store's marker", "Status")},

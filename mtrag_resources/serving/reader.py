@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import shutil
 import threading
 import time
@@ -42,8 +43,9 @@ from mtrag_resources.publish.golden import load_refusal
 from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
 from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, preprocess_query, prose_of
-from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSymbol: part of the reader's API)
-    MODES, QueryError, UnknownSymbol, check_paths, check_query, validate_text)
+from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSource, UnknownSymbol: the reader's API)
+    MODES, QueryError, UnknownSource, UnknownSymbol, check_known_sources, check_paths, check_query, check_sources,
+    validate_text)
 from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
@@ -55,6 +57,9 @@ from mtrag_resources.serving.results import (  # noqa: F401  (the reader's resul
 READER_NEO4J_CONFIG = {"max_transaction_retry_time": 1.0, "connection_timeout": 5.0,
                        "connection_acquisition_timeout": 10.0}
 NEO4J_RETRY_S = 5.0
+# A switch to a new generation that failed (a full disk, a store that will not open) is tried again
+# after this long; the loaded generation serves meanwhile.
+SWITCH_RETRY_S = 2.0
 
 
 # A query whose best three hits are all farther than this (cosine, in the query's vector space) is
@@ -89,6 +94,10 @@ class ReaderCore:
         self._qdrant_lock = threading.Lock()       # embedded Qdrant's client is not thread-safe
         self._neo4j_lock = threading.Lock()        # (re)connecting the graph
         self._switching = threading.Lock()         # one thread opens a new generation at a time
+        self._switch_retry_at = 0.0
+        self.switch_error: str | None = None       # why the last switch to a new CURRENT failed
+        self._watching = threading.Event()         # a switch thread moves this reader (watch_current)
+        self._stopped = threading.Event()
         self._embedder_lock = threading.Lock()
         self._loaded_stamp = None
         self.manifest: dict | None = None
@@ -118,9 +127,33 @@ class ReaderCore:
         if self._manifest_override is not None:
             self._load_override()
             return
+        if self._watching.is_set() and self.manifest is not None:
+            return  # the switch thread (watch_current) moves this reader
+        self._switch()
+
+    def watch_current(self, interval: float = 0.2) -> None:
+        """For a long-lived server: switch generations in a thread of its own that looks at
+        CURRENT every `interval` seconds, so no query pays for opening a new generation; queries
+        answer from the loaded one until the swap."""
+        if self._watching.is_set():
+            return
+        self._watching.set()
+
+        def loop() -> None:
+            while not self._stopped.wait(interval):
+                try:
+                    self._switch()
+                except Exception as exc:  # noqa: BLE001 - the first load failed: the next turn retries
+                    self.switch_error = f"{type(exc).__name__}: {exc}"
+
+        threading.Thread(target=loop, daemon=True, name="mtrag-reader-switch").start()
+
+    def _switch(self) -> None:
         if not self._moved():
             return
         first_load = self.manifest is None
+        if not first_load and time.monotonic() < self._switch_retry_at:
+            return
         if not self._switching.acquire(blocking=first_load):
             return
         try:
@@ -128,14 +161,23 @@ class ReaderCore:
             if not self._moved(stamp):
                 return
             manifest = load_current(self.settings.manifest_dir)
-            # A store that cannot be opened fails this call and leaves the loaded generation as it
-            # was; the next call tries again.
-            stores = self._open_stores(manifest) if manifest else (None, None, None, None)
+            try:
+                stores = self._open_stores(manifest) if manifest else (None, None, None, None)
+            except Exception as exc:
+                # Without a loaded generation the call fails (the next one tries again); with one,
+                # it keeps serving (its channels report what lags) and retries the switch shortly.
+                if first_load:
+                    raise
+                self.switch_error = f"{type(exc).__name__}: {exc}"
+                self._switch_retry_at = time.monotonic() + SWITCH_RETRY_S
+                return
+            self.switch_error = None
             with self._lock.exclusive():
                 old = self._take_stores()
                 self._qdrant, self._qdrant_copy, self._fts, self._neo4j = stores
                 self.manifest, self._loaded_stamp = manifest, stamp
-            self._close(old)
+            # closing flushes and unmaps the old generation (~0.4 s at 20k points): not a query's wait
+            threading.Thread(target=self._close, args=(old,), daemon=True, name="mtrag-reader-close").start()
         finally:
             self._switching.release()
 
@@ -205,8 +247,10 @@ class ReaderCore:
                     pass
         if copy:
             shutil.rmtree(copy, ignore_errors=True)
+            Path(f"{copy}.mtrag.lock").unlink(missing_ok=True)
 
     def close(self) -> None:
+        self._stopped.set()
         with self._lock.exclusive():
             self._close(self._take_stores())
             self._loaded_stamp = None
@@ -341,12 +385,13 @@ class ReaderCore:
         return self._embedder
 
     # ------------------------------------------------------------------ query
-    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> dict:
-        text = check_query(text, k, kind, mode)
+    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid",
+              sources: list[str] | None = None) -> dict:
+        text = check_query(text, k, kind, mode, sources)
         with self._published_view():
-            return self._query(text, k, kind, mode)
+            return self._query(text, k, kind, mode, check_sources(sources))
 
-    def _query(self, text: str, k: int, kind: str | None, mode: str) -> dict:
+    def _query(self, text: str, k: int, kind: str | None, mode: str, scope_ids: list[str] | None = None) -> dict:
         t = {}
         out = {"generation": None, "query": text, "mode": mode, "hits": [], "bridge": [], "paths": [],
                "bundles": [], "stale": [], "channels": {},
@@ -354,6 +399,9 @@ class ReaderCore:
         if not self.manifest:
             out["stale"] = list(self._gate_from({}, {}).stale)
             return out
+        # A scoped query: every channel (dense, FTS, exact, bridge, paths, bundles) reads only these
+        # published sources; an id the manifest does not hold is refused before any store is read.
+        scope = None if scope_ids is None else set(check_known_sources(scope_ids, self.manifest["sources"]))
         # The gate's graph markers (a Neo4j round trip) and the query embedding are read beside the
         # FTS and dense searches, which need only the local stores' markers; the graph markers are
         # joined before the first graph read, so "markers before == markers after" still brackets it.
@@ -366,12 +414,13 @@ class ReaderCore:
         state = self._gate_from(local, "graph markers not read yet")  # qdrant and fts verdicts only
         out["generation"] = state.generation
         sources = self.manifest["sources"]
-        kinds = [kind] if kind else sorted({s["kind"] for s in sources.values()})
+        kinds = [kind] if kind else sorted({e["kind"] for s, e in sources.items() if scope is None or s in scope})
         pre = preprocess_query(text)
         collection_of = collection_kind if space else channels_.same_kind
-        lookups = channels_.AliasLookups(self._fts)  # the exact channel and the bridge share them
+        # the exact channel and the bridge share them
+        lookups = channels_.AliasLookups(self._fts, channels_.scope_ids(sources, state.stale_for("fts"), scope))
         rankings, cosines, dense_kind, qvec, exact_found = self._recall(text, k, kind, mode, state, kinds,
-                                                                        embedding, t, collection_of, lookups)
+                                                                        embedding, t, collection_of, lookups, scope)
         recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
@@ -384,10 +433,10 @@ class ReaderCore:
         out["hits"] = hits
         out["exact"], out["confidence"] = self._honesty(text, hits, exact_found, space)
         out["bridge"], proposals = doc_to_code_bridge(self._neo4j, self._fts, self.manifest, hits, state,
-                                                      self._query_code(text, state, lookups), text)
+                                                      self._query_code(text, state, lookups, scope), text, scope)
         if proposals and self.log_proposals:
             log_proposals(self.settings.proposals_log, proposals)
-        out["paths"] = self._query_paths(rankings.get("exact", []), rows, state)
+        out["paths"] = self._query_paths(rankings.get("exact", []), rows, state, scope)
         if (out["paths"] or any(b["via"] == "graph" for b in out["bridge"])) and not self._graph_unchanged(state):
             out["paths"] = []
             out["bridge"] = [b for b in out["bridge"] if b["via"] != "graph"]
@@ -401,14 +450,15 @@ class ReaderCore:
         out["timings_ms"] = t
         return out
 
-    def _query_code(self, text: str, state: gate.GateState, lookups: channels_.AliasLookups) -> list[dict]:
+    def _query_code(self, text: str, state: gate.GateState, lookups: channels_.AliasLookups,
+                    scope: set[str] | None = None) -> list[dict]:
         """Code rows the query names through identifiers in its prose (inline code, roles, dotted
         or snake_case names; not the examples in its fenced code blocks), each naming exactly one
         code chunk: what a pasted doc section is about. An identifier query is answered by its
         hits, not bridged."""
         if is_identifier_query(text):
             return []
-        code = {s for s, e in self.manifest["sources"].items() if e["kind"] == "code"}
+        code = {s for s, e in self.manifest["sources"].items() if e["kind"] == "code" and (scope is None or s in scope)}
         stale_f = state.stale_for("fts")
         ids = []
         for ident in identifiers_in(prose_of(text))[:channels_.MAX_QUERY_IDENTIFIERS]:
@@ -436,10 +486,12 @@ class ReaderCore:
         return exact, "low"
 
     def _recall(self, text: str, k: int, kind: str | None, mode: str, state: gate.GateState, kinds: list[str],
-                embedding, t: dict, collection_of, lookups) -> tuple[dict, dict, dict, object, list[dict]]:
+                embedding, t: dict, collection_of, lookups,
+                scope: set[str] | None = None) -> tuple[dict, dict, dict, object, list[dict]]:
         """Each channel's ranking for the query (the dense one with cosines), the collection kind of
         each dense hit, the query vector (None when no dense channel runs) and the exact matches
-        (looked up for an identifier-shaped query even when the mode has no exact channel)."""
+        (looked up for an identifier-shaped query even when the mode has no exact channel).
+        `scope`: a scoped query's sources, which each store is asked to restrict itself to."""
         sources = self.manifest["sources"]
         channels = MODES[mode]
         rankings: dict[str, list[str]] = {}
@@ -449,7 +501,7 @@ class ReaderCore:
         fts_hits = None
         if "fts" in channels:  # before waiting for the embedding, which runs meanwhile
             t0 = time.perf_counter()
-            fts_hits = channels_.fts(self._fts, text, k, kind, sources, stale_f)
+            fts_hits = channels_.fts(self._fts, text, k, kind, sources, stale_f, scope)
             t["fts_ms"] = _ms(t0)
         qvec = None
         if embedding is not None:
@@ -459,7 +511,7 @@ class ReaderCore:
         if "dense" in channels and self._qdrant is not None:
             t0 = time.perf_counter()
             dense, dense_kind = channels_.dense(self._qdrant, self._qdrant_lock, qvec, k, kinds, sources,
-                                                stale_q, self._unpublished, collection_of)
+                                                stale_q, self._unpublished, collection_of, scope)
             dense.sort(key=lambda x: -x[1])
             cosines.update(dict(dense))
             rankings["dense"] = dense
@@ -469,7 +521,7 @@ class ReaderCore:
         exact_found: list[dict] = []
         if "exact" in channels or is_identifier_query(text):
             t0 = time.perf_counter()
-            exact_found = channels_.exact_hits(self._fts, text, k, kind, sources, stale_f, lookups)
+            exact_found = channels_.exact_hits(self._fts, text, k, kind, sources, stale_f, lookups, scope)
             if "exact" in channels:
                 rankings["exact"] = [h["chunk_id"] for h in exact_found]
             t["exact_ms"] = _ms(t0)
@@ -555,15 +607,26 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ graph
 
-    def _query_paths(self, exact_ids: list[str], rows: dict, state: gate.GateState) -> list[dict]:
-        """Call paths from the best exact code anchor (2 hops), when its graph is current."""
+    def _query_paths(self, exact_ids: list[str], rows: dict, state: gate.GateState,
+                     scope: set[str] | None = None) -> list[dict]:
+        """Call paths from the best exact code anchor (2 hops), when its graph is current. A scoped
+        query starts them at the anchor's own graph nodes (not every node of its name) and keeps
+        only paths whose every node is in the scope."""
         for cid in exact_ids[:3]:
             row = rows.get(cid)
             neo = self._neo4j  # read once: a failed gate elsewhere may drop it meanwhile
             if row and row.get("source_kind") == "code" and row.get("symbol") and neo is not None \
                     and not state.is_stale(row["source_id"], "neo4j"):
-                return neo.paths([row["symbol"]], rel_types=["CALLS"], direction="out", max_hops=2,
-                                         verified_only=True, limit=5, hard_max_hops=self.max_hops_limit)
+                anchors = [row["symbol"]]
+                if scope is not None:
+                    graph_ids = row.get("graph_ids") or []
+                    graph_ids = json.loads(graph_ids) if isinstance(graph_ids, str) else graph_ids
+                    anchors = [g for g in graph_ids if _node_source({"node_id": g}) in scope] or anchors
+                paths = neo.paths(anchors, rel_types=["CALLS"], direction="out", max_hops=2,
+                                  verified_only=True, limit=5, hard_max_hops=self.max_hops_limit)
+                if scope is not None:
+                    paths = [p for p in paths if all(_node_source(n) in scope for n in p["nodes"])]
+                return paths
         return []
 
     def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
@@ -695,12 +758,15 @@ class IndexReader:
             self._core_state = ReaderCore(settings, self.weights, self.max_hops_limit, self.log_proposals)
         return self._core_state
 
-    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid") -> Answer:
+    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid",
+              sources: list[str] | None = None) -> Answer:
         """Top `k` hits for `text` (1 <= k <= 100, at most 16 KB of UTF-8) with the bridge, paths
         and stale channels, as an `Answer` (`.to_dict()`: the JSON of `mtrag query --json`);
-        `kind` `code` | `docs` | None (both), `mode` one of MODES. Raises QueryError for bad
-        input, EmbedderMismatch when the query embedder is not the published generation's."""
-        return Answer.from_dict(self._core().query(text, k=k, kind=kind, mode=mode))
+        `kind` `code` | `docs` | None (both), `mode` one of MODES; `sources`: 1 to 50 published
+        source ids that every channel is restricted to (duplicates collapsed; None: every source).
+        Raises QueryError for bad input (UnknownSource for an id the published generation does
+        not hold), EmbedderMismatch when the query embedder is not the published generation's."""
+        return Answer.from_dict(self._core().query(text, k=k, kind=kind, mode=mode, sources=sources))
 
     def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
               direction: str = "out", max_hops: int = 4, verified_only: bool = True,
@@ -715,6 +781,11 @@ class IndexReader:
         generation, and up to `limit` nearest symbol names (`mtrag paths` says them for an
         unknown `--from`/`--to`)."""
         return self._core().symbol_lookup(name, limit)
+
+    def watch_current(self, interval: float = 0.2) -> None:
+        """Switch generations in a background thread (`mtrag serve` does): queries never wait for
+        a new generation to open."""
+        self._core().watch_current(interval)
 
     def status(self) -> Status:
         """The published generation, each store's marker per source, and the stale channels, as a

@@ -11,6 +11,8 @@ PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIO
 # read what fits their window, the exact channel every identifier in it.
 MAX_QUERY_BYTES = 16 * 1024
 MAX_K = 100
+# A scoped query (`--source ID`, `"sources": [...]`) names at most this many published sources.
+MAX_SOURCES = 50
 
 
 class QueryError(MtragError, ValueError):
@@ -34,9 +36,51 @@ def validate_text(text, name: str = "query") -> str:
     return text
 
 
-def check_query(text, k, kind, mode) -> str:
+class UnknownSource(QueryError):
+    """A scoped query names a source id the published generation does not hold (HTTP 400,
+    field `sources`; the CLI's exit 2)."""
+
+    field = "sources"
+
+
+def check_sources(sources) -> list[str] | None:
+    """A query's source scope: None (every published source) or a list of 1 to MAX_SOURCES
+    non-empty strings; duplicates are collapsed, keeping the first occurrence's place. Whether
+    each id is published is `check_known_sources`'s question (it needs the manifest)."""
+    if sources is None:
+        return None
+    if isinstance(sources, (str, bytes)) or not isinstance(sources, (list, tuple)):
+        raise QueryError(f"sources must be a list of source ids, not {type(sources).__name__}")
+    if not sources:
+        raise QueryError("sources is empty: name at least one source id, or leave sources out for every source")
+    if len(sources) > MAX_SOURCES:
+        raise QueryError(f"sources names {len(sources)} ids; the limit is {MAX_SOURCES}")
+    for i, sid in enumerate(sources):
+        if not isinstance(sid, str):
+            raise QueryError(f"sources[{i}] must be a string (a source id), not {type(sid).__name__}")
+        if not sid.strip():
+            raise QueryError(f"sources[{i}] is empty")
+    return list(dict.fromkeys(sources))
+
+
+def check_known_sources(sources: list[str], published) -> list[str]:
+    """`sources` (checked by `check_sources`), refused with UnknownSource naming every id that
+    `published` (the manifest's source ids) does not hold, and listing the ones it does."""
+    unknown = [s for s in sources if s not in published]
+    if unknown:
+        shown = [s if len(s) <= 80 else s[:77] + "..." for s in unknown[:10]]
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        known = sorted(published)
+        listed = f"{known[:MAX_SOURCES]}" + (f" and {len(known) - MAX_SOURCES} more" if len(known) > MAX_SOURCES else "")
+        raise UnknownSource(f"sources: unknown source id(s) {shown}{more}; the published generation's sources "
+                            f"are {listed}")
+    return sources
+
+
+def check_query(text, k, kind, mode, sources=None) -> str:
     """A query request's arguments, refused with the input and its allowed values; the text,
-    stripped. The reader and the CLI (before it opens anything) both call it."""
+    stripped. The reader and the CLI (before it opens anything) both call it. `sources` is
+    checked for its shape only (check_sources); the reader checks its ids against the manifest."""
     text = validate_text(text)
     if mode not in MODES:
         raise QueryError(f"mode {mode!r} is not one of {sorted(MODES)}")
@@ -44,6 +88,7 @@ def check_query(text, k, kind, mode) -> str:
         raise QueryError(f"kind {kind!r} is not one of {list(KINDS)}")
     if not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise QueryError(f"k must be an integer from 1 to {MAX_K}, got {k!r}")
+    check_sources(sources)
     return text
 
 

@@ -207,8 +207,9 @@ class BridgeEntry(_Result):
     `from_chunk_id`, `from_title`, `from_rank`: the doc hit it came from (rank 0, title
     "(the query)", empty chunk id: named by the query's own prose); `symbol`, `file_path`,
     `start_line`: the code it names; `relation` (`MENTIONS` | `IMPLEMENTS`), `confidence`
-    (`VERIFIED` | `INFERRED` | `PROPOSED`), `evidence` (a dict: the matched text and where) and
-    `via` (`query` | `graph` | `alias`)."""
+    (`VERIFIED` | `INFERRED` | `PROPOSED`), `evidence` (a dict: the matched text and where),
+    `via` (`query` | `graph` | `alias`) and `source_id` (the code's source; a scoped query bridges
+    only to its own sources)."""
 
     from_chunk_id: str
     from_title: str
@@ -220,6 +221,7 @@ class BridgeEntry(_Result):
     confidence: str | None
     evidence: dict | None
     via: str
+    source_id: str | None = _key(optional=True)
     extra: dict = field(default_factory=dict)
 
 

@@ -241,6 +241,16 @@ class FtsStore:
         return _ReadTxn(self._conn)
 
     # ------------------------------------------------------------------ writes
+    def holds(self, source_id: str, generation: str, input_sha256: str) -> bool:
+        """Is the source committed at `generation` from the same input, with all its rows? Then
+        `write_source` writes nothing (and its rows need no texts)."""
+        cur = self.meta(source_id)
+        mk = self.marker(source_id)
+        return bool(cur and mk and mk.committed and mk.generation == generation
+                    and cur["generation"] == generation and cur["input_sha256"] == input_sha256
+                    # rows lost behind a committed marker (a restored or hand-edited file) are rewritten
+                    and self._role_counts(self._conn, source_id) == (cur["child_rows"], cur["parent_rows"]))
+
     def write_source(self, source_id: str, generation: str, input_sha256: str,
                      rows: Sequence[dict | Any],
                      aliases: Iterable[tuple[str, str, str]] | None = None) -> dict:
@@ -255,11 +265,7 @@ class FtsStore:
         t0 = time.perf_counter()
         conn = self._conn
         cur = self.meta(source_id)
-        mk = self.marker(source_id)
-        if (cur and mk and mk.committed and mk.generation == generation
-                and cur["generation"] == generation and cur["input_sha256"] == input_sha256
-                # rows lost behind a committed marker (a restored or hand-edited file) are rewritten
-                and self._role_counts(conn, source_id) == (cur["child_rows"], cur["parent_rows"])):
+        if self.holds(source_id, generation, input_sha256):
             secs = time.perf_counter() - t0
             return {"source_id": source_id, "generation": generation, "skipped": True,
                     "child_rows": cur["child_rows"], "parent_rows": cur["parent_rows"],
@@ -497,16 +503,21 @@ class FtsStore:
         hits = sorted(best.values(), key=lambda h: (-h["score"], h["chunk_id"]))
         return hits[:k]
 
-    def exact(self, query: str, k: int = 20) -> list[dict]:
+    def exact(self, query: str, k: int = 20, source_ids: Sequence[str] | None = None) -> list[dict]:
         """Chunks whose alias equals `normalize_alias(query)`; for a dotted query without `/`,
         also short_symbol aliases equal to its last part (`match: 'last_part'`, ranked after
         the exact ones; among them, symbols ending with the query first). Returns
         [{chunk_id, alias_kind, alias, source_id, match}] (last_part entries also carry the chunk's
         `symbol`), one entry per chunk. Within an alias kind (and a last-part quality), chunks
-        flagged `declaration` (abstract or Protocol stubs) come after the ones that implement."""
+        flagged `declaration` (abstract or Protocol stubs) come after the ones that implement.
+        `source_ids`: only aliases of these sources (a bound `IN (...)`; None: every source)."""
         norm = normalize_alias(query)
-        if not norm or k <= 0:
+        if not norm or k <= 0 or (source_ids is not None and len(source_ids) == 0):
             return []
+        in_sources, scope_args = "", ()
+        if source_ids is not None:
+            in_sources = f" AND a.source_id IN ({', '.join('?' * len(source_ids))})"
+            scope_args = tuple(source_ids)
         out: list[dict] = []
         seen: set[str] = set()
         with self._read() as conn:
@@ -515,7 +526,7 @@ class FtsStore:
             rows = conn.execute("SELECT a.alias, a.alias_kind, a.chunk_id, a.source_id, "
                                 "coalesce(json_extract(c.extra, '$.declaration'), 0) AS decl "
                                 "FROM exact_aliases a LEFT JOIN chunks c ON c.chunk_id = a.chunk_id "
-                                "WHERE a.alias_norm = ?", (norm,)).fetchall()
+                                "WHERE a.alias_norm = ?" + in_sources, (norm, *scope_args)).fetchall()
             rows = sorted(rows, key=lambda r: (ALIAS_KIND_RANK.get(r["alias_kind"], 99), bool(r["decl"]),
                                                r["source_id"], r["chunk_id"]))
             for r in rows:
@@ -529,7 +540,8 @@ class FtsStore:
                     "SELECT a.alias, a.alias_kind, a.chunk_id, a.source_id, c.symbol, "
                     "coalesce(json_extract(c.extra, '$.declaration'), 0) AS decl FROM exact_aliases a "
                     "JOIN chunks c ON c.chunk_id = a.chunk_id "
-                    "WHERE a.alias_norm = ? AND a.alias_kind = 'short_symbol'", (last,)).fetchall()
+                    "WHERE a.alias_norm = ? AND a.alias_kind = 'short_symbol'" + in_sources,
+                    (last, *scope_args)).fetchall()
                 head = norm.split(".", 1)[0]
 
                 def quality(r) -> tuple:
