@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "mtrag_assets.cli"]
 TAX_DOC = '"""Apply the regional tax to an amount and round to cents."""'
-TMPFS_SIZE = "48m"
+TMPFS_SIZE = "512m"  # Edge allocates its mapped files on a tmpfs: ~17 MB a collection, ~40 MB a reader
 
 
 @dataclass
@@ -170,6 +170,11 @@ def assert_serves_published(world: World, generation: int, hidden_tokens: list[s
             assert not any(token in h["text"] for h in result["hits"]), (token, mode)
 
 
+def _half_made_versions(world: World) -> list[Path]:
+    published = world.settings.qdrant_published_dir
+    return list(published.parent.glob(f".{published.name}.v-*.tmp"))
+
+
 def cli_status() -> dict:
     out = cli("status", "--json", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -178,7 +183,8 @@ def cli_status() -> dict:
 
 # ---------------------------------------------------------------------------------- tests
 
-CRASH_POINTS = ["fts:after_begin", "qdrant:after_begin", "neo4j:after_begin", "manifest:before_current"]
+CRASH_POINTS = ["fts:after_begin", "qdrant:after_begin", "neo4j:after_begin", "qdrant:publish_before_rename",
+                "manifest:before_current"]
 
 
 @pytest.mark.integration
@@ -209,6 +215,13 @@ def test_kill_9_inside_each_store_write_and_publish_then_converge(world):
         elif point == "neo4j:after_begin":
             assert "write in progress (begin" in stale[("shop", "neo4j")]
             assert world.reader.paths("shopcart.cart.Cart.total")["paths"] == []  # fail closed
+        elif point == "qdrant:publish_before_rename":
+            # Killed while the new Qdrant version was being made: every store committed, nothing
+            # names the half-made version, the published one serves as before.
+            assert not (world.settings.manifest_dir / f"manifest-{n + 1}.json").exists()
+            assert "the manifest publishes" in stale[("shop", "fts")]
+            assert ("shop", "qdrant") not in stale
+            assert _half_made_versions(world)
         else:
             # Every store committed the new generation; only CURRENT was not moved.
             assert (world.settings.manifest_dir / f"manifest-{n + 1}.json").exists()
@@ -228,6 +241,7 @@ def test_kill_9_inside_each_store_write_and_publish_then_converge(world):
     assert f"published generation {n + 2}" in out.stdout
     status = world.reader.status()
     assert status["generation"] == n + 2 and status["stale"] == []
+    assert not _half_made_versions(world)  # the next publish swept it
     hit = world.reader.query(tokens[-1], mode="lexical")["hits"]
     assert hit and hit[0]["file_path"] == "src/shopcart/tax.py"
     assert not any(t in h["text"] for t in tokens[:-1] for h in world.reader.query("apply tax", k=10)["hits"])
@@ -314,6 +328,10 @@ def test_disk_full_in_the_middle_of_a_build(world):
     before = world.current()
     world.edit_tax("diskfullx")
     filler = world.home.parent / "filler"
+    # A reader that logs bridge proposals, open before the disk fills (a reader opening on a full
+    # disk is refused: Edge maps the files of its private folder).
+    logging_reader = IndexReader(home=str(world.home), log_proposals=True)
+    assert logging_reader.status()["generation"] == n
     proc = start_cli("build", "--source", "shop", fault="fts:after_begin", stop=True)
     try:
         wait_stopped(proc)
@@ -325,14 +343,48 @@ def test_disk_full_in_the_middle_of_a_build(world):
         assert rc != 0
         assert "disk is full" in err or "No space left on device" in err, err[-3000:]
         assert world.current() == before
-        assert "write in progress (begin" in stale_pairs(world.reader.status())[("shop", "fts")]
+        # SQLite may still commit into its WAL's free room; then the next write (Qdrant's, which
+        # checks the free disk first) fails. Either way FTS lags the published generation, as reported.
+        lag = stale_pairs(world.reader.status())[("shop", "fts")]
+        assert "write in progress (begin" in lag or "the manifest publishes" in lag, lag
         assert_serves_published(world, n, ["diskfullx"])
-        # A reader that logs bridge proposals keeps answering on a full disk.
-        logging_reader = IndexReader(home=str(world.home), log_proposals=True)
-        try:
-            assert logging_reader.query("Call Cart.total to get the total", kind="docs", k=3)["hits"]
-        finally:
-            logging_reader.close()
+        # ... keeps answering on the full disk (its proposals log cannot be written).
+        assert logging_reader.query("Call Cart.total to get the total", kind="docs", k=3)["hits"]
+        # A reader starting now is refused with the reason, instead of dying of SIGBUS.
+        late = subprocess.run([*CLI, "query", "apply tax"], env=_env(), cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+        assert late.returncode == 1 and "the disk is full" in late.stderr and "Traceback" not in late.stderr, late.stderr
+    finally:
+        logging_reader.close()
+        filler.unlink()
+    # The next test's first build is the one that converges from here, with no cleanup.
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+@pytest.mark.slow
+def test_disk_full_during_a_vector_write(world):
+    """Embedded Qdrant (Edge) maps its files into memory: a write to a mapped page the disk has no
+    room for would kill the build with SIGBUS. The store refuses the write first, with a clean
+    error, and the published generation is still served."""
+    if not world.tmpfs:
+        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); no small filesystem to fill")
+    n = world.generation()
+    before = world.current()
+    world.edit_tax("vectordiskx")
+    filler = world.home.parent / "filler"
+    proc = start_cli("build", "--source", "shop", fault="qdrant:after_begin", stop=True)
+    try:
+        wait_stopped(proc)
+        assert _fill(filler) > 0
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    try:
+        rc, out, err = finish(proc)
+        assert rc > 0, (rc, err[-3000:])  # an exit code, not a signal (SIGBUS is -7)
+        assert "the disk is full" in err, err[-3000:]
+        assert world.current() == before
+        assert_serves_published(world, n, ["vectordiskx"])
     finally:
         filler.unlink()
     # The next test's first build is the one that converges from here, with no cleanup.
@@ -396,7 +448,7 @@ def test_second_build_of_a_source_is_refused_while_two_reader_processes_answer(w
 
 @pytest.mark.unit  # an embedded Qdrant folder and manifests in tmp_path; not the module's world
 def test_publishes_dying_before_current_never_prune_the_published_qdrant_copy(tmp_path):
-    """Each publish copies the embedded Qdrant folder and keeps the newest few copies; publishes that
+    """Each publish makes a version of the embedded Qdrant folder and keeps the newest few; publishes that
     die after the copy but before CURRENT moves (kill -9, a full disk) must not push out the copy
     CURRENT names, or the next reader to start could not open generation N."""
     from mtrag_resources.publish.manifest import publish
@@ -405,10 +457,10 @@ def test_publishes_dying_before_current_never_prune_the_published_qdrant_copy(tm
     s = Settings(home=tmp_path / "home").ensure()
     with open_qdrant(s) as q:
         q.write_source("src", "code", "g1", [{"chunk_id": "c1", "vector": [1.0, 0.0, 0.0, 0.0], "payload": {}}])
-    published = snapshot_qdrant(s, 1)
+    published = snapshot_qdrant(s, {})
     publish(s.manifest_dir, {"generation": 1, "sources": {}, "stores": {"qdrant_snapshot": published}})
     for n in range(2, KEEP_QDRANT_SNAPSHOTS + 3):  # copies of publishes that never reached CURRENT
-        snapshot_qdrant(s, n)
+        snapshot_qdrant(s, {})
     assert Path(published).is_dir()
     versions = sorted(s.manifest_dir.glob("qdrant-published.v-*"))
     assert len(versions) == KEEP_QDRANT_SNAPSHOTS + 1  # the newest few, plus the published one

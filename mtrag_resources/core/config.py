@@ -34,7 +34,7 @@ ENVIRONMENT: dict[str, Variable] = {
     "XDG_CACHE_HOME": Variable("~/.cache", "the base of the default cache folder"),
     "MTRAG_QDRANT_ENGINE": Variable("edge (a folder keeps the engine that built it)",
                                     "`local`: qdrant-client's local mode for the embedded store"),
-    "MTRAG_QDRANT_DISK_RESERVE_MB": Variable("64", "free disk an embedded Qdrant write leaves untouched"),
+    "MTRAG_QDRANT_DISK_RESERVE_MB": Variable("8", "free disk an embedded Qdrant write leaves untouched"),
     "QDRANT_URL": Variable("embedded local mode", "a Qdrant server instead"),
     "QDRANT_API_KEY": Variable("none", "the Qdrant server's API key"),
     "NEO4J_URI": Variable("a local Community server mtrag starts", "another Neo4j server"),

@@ -127,7 +127,13 @@ class SourceLayout:
 
     @property
     def facts(self) -> Path:
-        return self.tables / "facts.json"
+        """The per-file parse facts index (path -> content hash, category, facts file)."""
+        return self.tables / "facts-index.json"
+
+    @property
+    def facts_dir(self) -> Path:
+        """One gzipped JSON per parsed file version: its graph facts (no chunk texts)."""
+        return self.tables / "facts"
 
     @property
     def graph(self) -> Path:

@@ -140,3 +140,4 @@ class ParsedFile:
     calls: list[dict] = field(default_factory=list)     # {caller_id, caller_qn, callee_expr, file_path, line}
     bases: list[dict] = field(default_factory=list)     # {class_id, class_qn, base_expr, file_path, line}
     warnings: list[str] = field(default_factory=list)
+    language: str = ""  # the file's language (set by the stage; the graph resolver groups by it)

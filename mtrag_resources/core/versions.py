@@ -7,12 +7,16 @@ from __future__ import annotations
 # stage and everything downstream as stale, and the generation digest changes.
 CODE_VERSIONS = {
     "raw_source": "1",
-    "cas_chunks": "3",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
-                        # embedding text), `declaration`; overload stubs fold into their implementation
+    "cas_chunks": "4",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
+                        # embedding text), `declaration`; overload stubs fold into their implementation;
+                        # 4: every byte in some child: long module-level code, class bodies and lines
+                        # windowed, complete class outlines, heading-only sections get a passage;
+                        # per-file facts files (graph facts only) instead of one facts.json.gz
     "canonical_graph": "1",
     "embedding_cache": "2",  # 2: code children embed their embedding text (`embed_hash`)
-    "qdrant_collection": "3",  # 2: the payload names the kind source_kind (was source_type); 3: vectors
-                               # by embed_hash, payload `declaration`
+    "qdrant_collection": "4",  # 2: the payload names the kind source_kind (was source_type); 3: vectors
+                               # by embed_hash, payload `declaration`; 4: payload `point_digest`, payload
+                               # indexes only on filter fields
     "fts_db": "2",  # 2: code rows' camelCase identifiers indexed as words too (fts_cjk)
     "neo4j_graph": "1",
     "cross_source_links": "1",

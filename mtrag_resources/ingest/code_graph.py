@@ -82,7 +82,7 @@ class _Resolver:
         self.class_bases: dict[str, list[str]] = defaultdict(list)
         self.methods_by_name: dict[tuple[str, str], list[str]] = defaultdict(list)
         for pf in parsed:
-            language = pf.chunks[0].language if pf.chunks else ""
+            language = pf.language or (pf.chunks[0].language if pf.chunks else "")
             for node in pf.nodes:
                 self.by_id.setdefault(node.node_id, node)
                 if node.label in _SYMBOL_LABELS:

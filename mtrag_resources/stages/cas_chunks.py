@@ -3,13 +3,20 @@ table into Parquet, and the per-file parse facts for canonical_graph. A code chi
 text (`ingest/embed_text.py`: its name's words + its source) goes into the CAS beside its text;
 the row carries its hash as `embed_hash`, the key of the child's vector.
 
-Parsing is memoised per file by content hash, so a rebuild after one edit re-parses one file."""
+Work follows the change: a file whose content hash is unchanged keeps its rows of the chunk table
+and its facts file (`tables/<source>/facts/`, graph facts only), so a rebuild after one edit parses
+one file and writes its texts, not the source's."""
 from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import json
 from collections import Counter
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mtrag_resources.core.atomic import write_bytes_atomic
 from mtrag_resources.stores.cas import ContentStore
@@ -18,7 +25,7 @@ from mtrag_resources.ingest.chunking.docs import chunk_doc
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stores.tables import write_rows
+from mtrag_resources.stores.tables import _schema_for, write_table
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, update_state
@@ -33,81 +40,113 @@ def parse_file(source_id: str, path: str, category: str, language: str, text: st
     return chunk_doc(source_id, path, text, language, max_tokens=DOC_MAX_TOKENS)
 
 
-def _parsed_to_json(parsed: ParsedFile) -> dict:
-    return dataclasses.asdict(parsed)
+_GRAPH_FACTS = ("nodes", "relations", "references", "imports", "calls", "bases")
 
 
-def _parsed_from_json(doc: dict) -> ParsedFile:
-    return ParsedFile(
-        chunks=[Chunk(**c) for c in doc["chunks"]],
-        nodes=[GraphNode(**n) for n in doc["nodes"]],
-        relations=[GraphRelation(**r) for r in doc["relations"]],
-        references=[DocReference(**r) for r in doc["references"]],
-        imports=doc["imports"], calls=doc["calls"], bases=doc["bases"], warnings=doc["warnings"],
-    )
+def _facts_key(path: str, entry_sha: str, category: str) -> str:
+    return hashlib.sha256(f"{CODE_VERSIONS['cas_chunks']}\0{category}\0{path}\0{entry_sha}".encode()).hexdigest()[:32]
+
+
+def _load_index(layout: SourceLayout) -> dict:
+    """{file_path: {"sha256", "category", "language", "key", "warnings"}} of the last run ({} after
+    a code version change: every file is parsed again)."""
+    try:
+        doc = json.loads(layout.facts.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return doc["files"] if doc.get("code_version") == CODE_VERSIONS["cas_chunks"] else {}
+
+
+def _facts_file(layout: SourceLayout, key: str):
+    return layout.facts_dir / f"{key}.json.gz"
 
 
 def load_facts(layout: SourceLayout) -> dict:
-    """{file_path: {"sha256", "category", "parsed": ParsedFile-as-dict}} from the last run."""
-    try:
-        with gzip.open(layout.facts.with_suffix(".json.gz"), "rt", encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
-        return {}
-    if doc.get("code_version") != CODE_VERSIONS["cas_chunks"]:
-        return {}
-    return doc["files"]
+    """{file_path: {"sha256", "category", "parsed": graph facts as a dict}} of every file (what the
+    graph and link stages resolve across files; chunk texts are in the chunk table and the CAS)."""
+    out = {}
+    for path, entry in _load_index(layout).items():
+        with gzip.open(_facts_file(layout, entry["key"]), "rt", encoding="utf-8") as fh:
+            parsed = json.load(fh)
+        out[path] = {"sha256": entry["sha256"], "category": entry["category"],
+                     "parsed": {**parsed, "language": entry.get("language", ""), "warnings": entry["warnings"]}}
+    return out
 
 
 def load_parsed_files(layout: SourceLayout) -> list[tuple[str, ParsedFile]]:
-    return [(path, _parsed_from_json(f["parsed"])) for path, f in sorted(load_facts(layout).items())]
+    out = []
+    for path, f in sorted(load_facts(layout).items()):
+        doc = f["parsed"]
+        out.append((path, ParsedFile(
+            nodes=[GraphNode(**n) for n in doc["nodes"]], relations=[GraphRelation(**r) for r in doc["relations"]],
+            references=[DocReference(**r) for r in doc["references"]], imports=doc["imports"], calls=doc["calls"],
+            bases=doc["bases"], warnings=doc["warnings"], language=doc["language"])))
+    return out
 
 
-def _save_facts(layout: SourceLayout, files: dict) -> None:
-    doc = {"code_version": CODE_VERSIONS["cas_chunks"], "files": files}
-    write_bytes_atomic(layout.facts.with_suffix(".json.gz"), gzip.compress(json.dumps(doc).encode(), 3))
+def _chunk_rows(parsed: ParsedFile, spec: SourceSpec, inventory, cas: ContentStore) -> list[dict]:
+    rows = []
+    for chunk in parsed.chunks:
+        cas.put_text(chunk.text)
+        if chunk.embed_text:  # the embedder's text of a code child (ingest/embed_text.py)
+            cas.put_text(chunk.embed_text)
+        chunk.source_id, chunk.source_kind = spec.id, spec.kind
+        chunk.cas_uri = ContentStore.uri(chunk.content_hash)
+        row = dataclasses.asdict(chunk)
+        del row["text"], row["embed_text"]  # texts live once, in the CAS
+        rows.append(row)
+    return rows
+
+
+def _kept_rows(layout: SourceLayout, kept: set[str]) -> pa.Table | None:
+    """The previous chunk table's rows of the files that did not change (no re-parse, no CAS
+    writes, no dataclass round trip for them)."""
+    if not kept or not layout.chunks.exists():
+        return None
+    table = pq.read_table(layout.chunks)
+    return table.filter(pc.is_in(table["file_path"], value_set=pa.array(sorted(kept))))
 
 
 def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
+    """Parse the files whose content changed since the last run; every other file keeps its rows
+    of the chunk table and its facts file, so a one-file edit costs one file's parse and writes
+    (plus reading and writing the chunk table, a columnar file)."""
     layout = SourceLayout(settings, spec.id)
     inventory = load_inventory(layout)
     if inventory is None:
         raise RuntimeError(f"source {spec.id!r}: no raw_source snapshot; materialize raw_source first")
     cas = ContentStore(settings.cas_dir)
-    previous = load_facts(layout)
+    previous = _load_index(layout)
     meta: dict = {}
-    files: dict = {}
-    reparsed = 0
-    warnings: list[str] = []
+    index: dict = {}
+    new_rows: list[dict] = []
+    kept: set[str] = set()
     with timed(meta, "seconds"):
+        layout.facts_dir.mkdir(parents=True, exist_ok=True)
         for entry in inventory.included:
             old = previous.get(entry.path)
-            if old and old["sha256"] == entry.sha256 and old["category"] == entry.category:
-                files[entry.path] = old
-            else:
-                text = cas.get_text(entry.sha256)
-                parsed = parse_file(spec.id, entry.path, entry.category, entry.language, text)
-                files[entry.path] = {"sha256": entry.sha256, "category": entry.category,
-                                     "parsed": _parsed_to_json(parsed)}
-                reparsed += 1
-            warnings.extend(files[entry.path]["parsed"]["warnings"])
-        rows = []
-        for path in sorted(files):
-            for c in files[path]["parsed"]["chunks"]:
-                chunk = Chunk(**c)
-                cas.put_text(chunk.text)
-                if chunk.embed_text:  # the embedder's text of a code child (ingest/embed_text.py)
-                    cas.put_text(chunk.embed_text)
-                chunk.source_id, chunk.source_kind = spec.id, spec.kind
-                chunk.cas_uri = ContentStore.uri(chunk.content_hash)
-                chunk.repository = spec.repository or spec.pip_sdist or inventory.root
-                chunk.commit = inventory.commit
-                row = dataclasses.asdict(chunk)
-                del row["text"], row["embed_text"]  # texts live once, in the CAS
-                rows.append(row)
+            if old and old["sha256"] == entry.sha256 and old["category"] == entry.category \
+                    and _facts_file(layout, old["key"]).exists():
+                index[entry.path] = old
+                kept.add(entry.path)
+                continue
+            parsed = parse_file(spec.id, entry.path, entry.category, entry.language, cas.get_text(entry.sha256))
+            key = _facts_key(entry.path, entry.sha256, entry.category)
+            facts = {k: [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x for x in getattr(parsed, k)]
+                     for k in _GRAPH_FACTS}
+            write_bytes_atomic(_facts_file(layout, key), gzip.compress(json.dumps(facts).encode(), 3))
+            index[entry.path] = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
+                                 "key": key, "warnings": parsed.warnings}
+            new_rows.extend(_chunk_rows(parsed, spec, inventory, cas))
+        table = _assemble(_kept_rows(layout, kept), new_rows, spec, inventory)
+        rows = table.to_pylist()
         _check_unique_ids(spec.id, rows)
-        write_rows(layout.chunks, rows)
-        _save_facts(layout, files)
+        write_table(layout.chunks, table)
+        write_bytes_atomic(layout.facts, json.dumps(
+            {"code_version": CODE_VERSIONS["cas_chunks"], "files": index}).encode())
+        _remove_unused_facts(layout, {e["key"] for e in index.values()})
+    warnings = [w for path in sorted(index) for w in index[path]["warnings"]]
+    reparsed = len(index) - len(kept)
     generation = chunk_set_generation(rows)
     update_state(layout, generation=generation)
     roles = Counter(r["role"] for r in rows)
@@ -120,12 +159,38 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "embedding_texts": sum(bool(r["embed_hash"]) for r in rows),  # code children (ingest/embed_text.py)
         "declarations": sum(bool(r["declaration"]) for r in rows),    # demoted below implementations
         "files_parsed": reparsed,
-        "files_reused": len(files) - reparsed,
+        "files_reused": len(kept),
         "warnings": warnings[:50],
         "warning_count": len(warnings),
         "generation": generation,
     })
     return StageResult(data_version=generation, metadata=meta, value=rows)
+
+
+def _assemble(kept: pa.Table | None, new_rows: list[dict], spec: SourceSpec, inventory) -> pa.Table:
+    """Kept and new rows in file order (each file's rows in its chunker's order), with the
+    source-wide columns (repository, commit) set for all of them."""
+    parts = [t for t in (kept, pa.Table.from_pylist(new_rows) if new_rows else None) if t is not None and t.num_rows]
+    if not parts:
+        return pa.Table.from_pylist([], schema=pa.schema(
+            [f for f in _schema_for(Chunk) if f.name not in ("text", "embed_text")]))
+    table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    n = table.num_rows
+    for name, value in (("repository", spec.repository or spec.pip_sdist or inventory.root),
+                        ("commit", inventory.commit)):
+        column = pa.array([value] * n, type=pa.string())
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    order = pa.array(range(n))
+    table = table.append_column("_order", order)
+    table = table.sort_by([("file_path", "ascending"), ("_order", "ascending")])
+    return table.drop_columns(["_order"])
+
+
+def _remove_unused_facts(layout: SourceLayout, keys: set[str]) -> None:
+    for path in layout.facts_dir.glob("*.json.gz"):
+        if path.name[:-len(".json.gz")] not in keys:
+            path.unlink(missing_ok=True)
+    layout.tables.joinpath("facts.json.gz").unlink(missing_ok=True)  # the single file of older versions
 
 
 def _check_unique_ids(source_id: str, rows: list[dict]) -> None:

@@ -20,11 +20,12 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
     meta: dict = {}
     with timed(meta, "seconds"):
         rows = read_rows(layout.chunks)
-        for r in rows:
-            r["text"] = cas.get_text(r["content_hash"])
         input_sha = digest_json([[r["chunk_id"], r["content_hash"], r["start_line"], r["end_line"]] for r in rows])
         store = open_fts(settings)
         try:
+            if not store.holds(spec.id, generation, input_sha):  # texts only when something is written
+                for r in rows:
+                    r["text"] = cas.get_text(r["content_hash"])
             stats = store.write_source(spec.id, generation, input_sha, rows)  # standard aliases (fts_query.derive_aliases)
             marker = store.marker(spec.id)
         finally:

@@ -120,7 +120,8 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
         if failures:
             raise PublishRefused(failures)
         number = manifests.latest_number(settings.manifest_dir) + 1
-        snapshot = snapshot_qdrant(settings, meta)
+        publish_cost: dict = {}
+        snapshot = snapshot_qdrant(settings, publish_cost)
         sources = {}
         for spec in specs:
             layout = SourceLayout(settings, spec.id)
@@ -165,5 +166,5 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
     meta.update({"generation": number, "path": str(path), "sources": len(sources),
                  "added": change["added"], "removed": change["removed"], "changed": change["changed"],
                  "chunks_before": change["chunks_before"], "chunks_after": change["chunks_after"],
-                 "checks_passed": len(outcomes)})
+                 "checks_passed": len(outcomes), **publish_cost})
     return StageResult(data_version=str(number), metadata=meta, value=manifest)

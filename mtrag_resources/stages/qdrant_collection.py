@@ -2,7 +2,6 @@
 collection of the source's kind, bracketed by a generation marker."""
 from __future__ import annotations
 
-import numpy as np
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder
@@ -24,17 +23,30 @@ def payload_for(row: dict) -> dict:
     return {k: row.get(k, False) if k == "declaration" else row[k] for k in PAYLOAD_FIELDS}
 
 
-def _points(cache: EmbeddingCache, fingerprint_id: str, rows: list[dict], source_id: str,
-            key=vector_hash) -> list[dict]:
-    """One point per row, its vector the cache's for `key(row)`: the embedding text's hash for the
-    default embedder, the content hash for the multilingual one (it embeds the CJK text itself)."""
-    vectors = cache.lookup(fingerprint_id, sorted({key(r) for r in rows}))
-    missing = [r["chunk_id"] for r in rows if key(r) not in vectors]
-    if missing:
-        raise RuntimeError(f"source {source_id!r}: {len(missing)} chunks have no cached vector for "
-                           f"embedder {fingerprint_id}; materialize embedding_cache first")
-    return [{"chunk_id": r["chunk_id"], "vector": np.asarray(vectors[key(r)]),
-             "payload": payload_for(r)} for r in rows]
+def _points(fingerprint_id: str, rows: list[dict], key=vector_hash) -> list[dict]:
+    """One point per row, named by its vector's cache key (the embedding text's hash for the
+    default embedder, the content hash for the multilingual one): the store looks vectors up only
+    for the points it writes."""
+    return [{"chunk_id": r["chunk_id"], "vector_key": f"{fingerprint_id}:{key(r)}", "payload": payload_for(r)}
+            for r in rows]
+
+
+def _resolver(cache: EmbeddingCache, source_id: str):
+    def resolve(keys: list[str]) -> dict:
+        by_fp: dict[str, list[str]] = {}
+        for k in keys:
+            fp, h = k.split(":", 1)
+            by_fp.setdefault(fp, []).append(h)
+        out = {}
+        for fp, hashes in by_fp.items():
+            found = cache.lookup(fp, hashes)
+            missing = [h for h in hashes if h not in found]
+            if missing:
+                raise RuntimeError(f"source {source_id!r}: {len(missing)} chunks have no cached vector for "
+                                   f"embedder {fp}; materialize embedding_cache first")
+            out.update((f"{fp}:{h}", v) for h, v in found.items())
+        return out
+    return resolve
 
 
 def _content_hash(row: dict) -> str:
@@ -49,16 +61,16 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
     with timed(meta, "seconds"):
         rows = child_rows(layout)
         cache = EmbeddingCache(settings.embeddings_dir)
-        points = _points(cache, embedder.fingerprint_id, rows, spec.id)
+        points = _points(embedder.fingerprint_id, rows)
         ml_rows = cjk_children(rows) if multilingual is not None else []
         # Always written (empty when the source has no CJK text), so a source that loses its CJK
         # chunks leaves no multilingual points behind.
-        extra = {collection_kind(spec.kind): _points(cache, multilingual.fingerprint_id, ml_rows, spec.id,
-                                                     key=_content_hash)
+        extra = {collection_kind(spec.kind): _points(multilingual.fingerprint_id, ml_rows, key=_content_hash)
                  if ml_rows else []}
         with open_qdrant(settings) as store:
             store.ensure_collection(spec.kind, embedder.dim)
-            stats = store.write_source(spec.id, spec.kind, generation, points, extra=extra)
+            stats = store.write_source(spec.id, spec.kind, generation, points, extra=extra,
+                                       resolve_vectors=_resolver(cache, spec.id))
             marker = store.marker(spec.id)
     meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
     meta.update({"collection": f"mtrag_{spec.kind}", "generation": generation,

@@ -107,7 +107,8 @@ def open_published_qdrant(settings: Settings, snapshot: str | None):
 
 
 def _remove_dead_readers(parent: Path) -> None:
-    """Private folders of reader processes that died without closing (named `<pid>-...`)."""
+    """Private folders (and their lock files) of reader processes that died without closing
+    (named `<pid>-...`)."""
     for folder in parent.iterdir():
         pid = folder.name.split("-", 1)[0]
         if not pid.isdigit() or int(pid) == os.getpid():
@@ -115,6 +116,9 @@ def _remove_dead_readers(parent: Path) -> None:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
+            if folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                folder.unlink(missing_ok=True)  # its .mtrag.lock
         except PermissionError:  # alive, another user's
             pass

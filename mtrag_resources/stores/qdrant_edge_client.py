@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -76,6 +77,61 @@ def edge_config(size: int, distance: str = "Cosine"):
         on_disk_payload=True,
         hnsw_config=q.HnswIndexConfig(m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT,
                                       full_scan_threshold=HNSW_FULL_SCAN_KB))
+
+
+@dataclass
+class PointStruct:
+    id: Any
+    vector: Any
+    payload: dict | None = None
+
+
+@dataclass
+class MatchValue:
+    value: Any
+
+
+@dataclass
+class MatchAny:
+    any: list
+
+
+@dataclass
+class FieldCondition:
+    key: str
+    match: Any = None
+
+
+@dataclass
+class Filter:
+    must: Any = None
+    should: Any = None
+    must_not: Any = None
+
+
+@dataclass
+class VectorParams:
+    size: int
+    distance: str
+
+
+@dataclass
+class PointIdsList:
+    points: list
+
+
+@dataclass
+class FilterSelector:
+    filter: Filter
+
+
+# What QdrantStore builds its requests from when the engine is Edge: the few qdrant_client model
+# shapes it uses, as plain dataclasses, so an Edge process never imports qdrant_client (~1 s of
+# start-up: its async client, gRPC and pydantic models).
+models = SimpleNamespace(
+    PointStruct=PointStruct, MatchValue=MatchValue, MatchAny=MatchAny, FieldCondition=FieldCondition,
+    Filter=Filter, VectorParams=VectorParams, PointIdsList=PointIdsList, FilterSelector=FilterSelector,
+    Distance=SimpleNamespace(COSINE="Cosine", DOT="Dot"), PayloadSchemaType=SimpleNamespace(KEYWORD="keyword"))
 
 
 class EdgeClient:

@@ -15,6 +15,7 @@ import datetime as _dt
 import errno
 import fcntl
 import filecmp
+import fnmatch
 import json
 import os
 import shutil
@@ -180,10 +181,13 @@ FILES_INDEX = ".mtrag-files.json"
 # A file whose mtime lies this close to the scan that recorded it may have changed again within
 # the filesystem's timestamp granularity after that scan ("racy git"): its bytes are compared.
 _RACY_NS = 2_000_000_000
-# Files an Edge shard rewrites in place when it opens (it zeroes the versions of deleted points in
-# `id_tracker.versions`): a reader gets its own copy, every other file of a version is a hard link.
-_REWRITTEN_ON_OPEN = ("id_tracker.", "mutable_id_tracker.", "segment.json", ENGINE_FILE,
-                      "edge_config.json")
+# The files of an immutable Edge segment that an opening shard only reads (checked by hashing
+# them and counting their blocks around a reader's open, on ext4 and on tmpfs): the vectors, the
+# HNSW graph, the payload pages and the keyword indexes' maps, nearly all of a segment's bytes. A
+# reader links these; everything else (id trackers, payload trackers, null flags, configs, which
+# Edge maps writable and touches when it opens) it copies.
+_READ_ONLY_ON_OPEN = ("vector_storage/matrix.dat", "vector_index/*", "payload_storage/page_*.dat",
+                      "payload_index/*-map/point_to_values.bin", "payload_index/*-map/values_to_points.bin")
 
 
 def _copy_sparse(src: str, dst: str) -> int:
@@ -234,13 +238,14 @@ DISK_RESERVE_ENV = "MTRAG_QDRANT_DISK_RESERVE_MB"
 
 def ensure_free_disk(folder: Path | str, needed: int, what: str) -> None:
     """Refuse (QdrantDiskFull, before anything is written) unless the filesystem of `folder` has
-    `needed` bytes free beyond the reserve (MTRAG_QDRANT_DISK_RESERVE_MB, default 64 MiB: Edge
-    preallocates 32 MiB WAL and storage files)."""
+    `needed` bytes free beyond the reserve (MTRAG_QDRANT_DISK_RESERVE_MB, default 8 MiB: Edge's
+    32 MiB WAL and storage files are sparse, so the reserve covers what fills their pages: the
+    markers, segment metadata, small appends)."""
     folder = Path(folder)
     probe = folder if folder.exists() else folder.parent
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    reserve = int(float(env(DISK_RESERVE_ENV) or 64) * (1 << 20))
+    reserve = int(float(env(DISK_RESERVE_ENV) or 8) * (1 << 20))
     free = shutil.disk_usage(probe).free
     if free < needed + reserve:
         raise QdrantDiskFull(
@@ -286,8 +291,9 @@ class PublishStats:
 
 
 def _reusable(src: Path, st: os.stat_result, rec: list | None, prev_file: Path, scanned_ns: int) -> bool:
-    """Is the previous version's file still exactly the live one? Stat first (size, mtime, inode
-    as recorded when it was copied); a file modified close to that scan is compared byte by byte."""
+    """Local mode: is the previous version's file still exactly the live one? Stat first (size,
+    mtime, inode as recorded when it was copied); a file modified close to that scan is compared
+    byte by byte."""
     if rec is None or not prev_file.is_file():
         return False
     size, mtime_ns, ino = rec
@@ -296,6 +302,40 @@ def _reusable(src: Path, st: os.stat_result, rec: list | None, prev_file: Path, 
     if mtime_ns < scanned_ns - _RACY_NS:
         return True
     return filecmp.cmp(src, prev_file, shallow=False)
+
+
+def _segment_of(rel: str) -> str | None:
+    """`<collection>/segments/<id>` for a file inside an Edge segment, else None."""
+    parts = rel.split("/")
+    return "/".join(parts[:3]) if len(parts) > 3 and parts[1] == "segments" else None
+
+
+def _edge_reusable(src: Path, rel: str, prev_file: Path, unchanged_segments: set[str]) -> bool:
+    """Edge: a segment whose persisted state (segment.json: its version, bumped by every write to
+    it and stored by each flush) equals the previous version's is shared whole, with no read; in a
+    segment that changed, the large files a write rarely touches (vectors, HNSW graph, payload
+    pages, index maps) are compared byte by byte and shared when equal; the rest is copied. Mapped
+    writes need not move a file's mtime, so Edge folders never trust it."""
+    if not prev_file.is_file():
+        return False
+    segment = _segment_of(rel)
+    if segment is None:
+        return False
+    if segment in unchanged_segments:
+        return True
+    inside = rel[len(segment) + 1:]
+    return (any(fnmatch.fnmatchcase(inside, pat) for pat in _READ_ONLY_ON_OPEN)
+            and os.path.getsize(src) == os.path.getsize(prev_file) and filecmp.cmp(src, prev_file, shallow=False))
+
+
+def _unchanged_segments(src: Path, previous: Path) -> set[str]:
+    out = set()
+    for meta in src.glob("*/segments/*/segment.json"):
+        rel = meta.parent.relative_to(src).as_posix()
+        with contextlib.suppress(OSError):
+            if (previous / rel / "segment.json").read_bytes() == meta.read_bytes():
+                out.add(rel)
+    return out
 
 
 def _write_version(src: Path, tmp: Path, previous: Path | None) -> PublishStats:
@@ -312,8 +352,15 @@ def _write_version(src: Path, tmp: Path, previous: Path | None) -> PublishStats:
     records, scanned_ns = index.get("files", {}), int(index.get("scanned_ns", 0))
     files = list(_walk_files(src))
     fresh = [(rel, full, full.stat()) for rel, full in files]
-    to_copy = [(rel, full, st) for rel, full, st in fresh
-               if previous is None or not _reusable(full, st, records.get(rel), previous / rel, scanned_ns)]
+    if previous is None:
+        to_copy = fresh
+    elif folder_engine(src) == "edge":
+        unchanged = _unchanged_segments(src, previous)
+        to_copy = [(rel, full, st) for rel, full, st in fresh
+                   if not _edge_reusable(full, rel, previous / rel, unchanged)]
+    else:
+        to_copy = [(rel, full, st) for rel, full, st in fresh
+                   if not _reusable(full, st, records.get(rel), previous / rel, scanned_ns)]
     ensure_free_disk(tmp.parent, sum(_allocated(full) for _, full, _ in to_copy), "a published copy")
     copied = {rel for rel, _, _ in to_copy}
     now_ns = time.time_ns()
@@ -341,22 +388,49 @@ def _write_version(src: Path, tmp: Path, previous: Path | None) -> PublishStats:
     return stats
 
 
+def _immutable_segments(root: Path) -> set[Path]:
+    """Edge segments that no write touches again: the optimizer's (HNSW-indexed, plain mmap
+    storage). The appendable segment (chunked mmap, no index) takes every new point, and its files
+    are mapped writable and allocated when a shard opens, so a reader never shares them."""
+    out = set()
+    for meta in root.glob("*/segments/*/segment.json"):
+        with contextlib.suppress(OSError, ValueError):
+            vectors = json.loads(meta.read_text())["config"]["vector_data"].values()
+            if vectors and all(v.get("storage_type") == "Mmap" and v.get("index", {}).get("type") == "hnsw"
+                               for v in vectors):
+                out.add(meta.parent)
+    return out
+
+
 def link_for_reader(src: Path | str, dst: Path | str) -> None:
-    """A reader's private folder of a published version: Edge files are hard links (a reader's
-    open costs what the folder's file count is, not what its points weigh), except the few an
-    Edge shard rewrites when it opens, which are copied; a local-mode folder (one SQLite file
-    per collection, written on open) is copied whole, keeping holes."""
+    """A reader's private folder of a published version. The files of an Edge shard's immutable
+    (indexed) segments, nearly all of its bytes, are hard links, so a reader's open costs the
+    file count plus the appendable segment (bounded by Edge's indexing threshold), not what the
+    collection holds; what Edge rewrites when it opens (id trackers, configs) is copied. A
+    local-mode folder (one SQLite file per collection, written on open) is copied whole."""
     src, dst = Path(src), Path(dst)
     if folder_engine(src) != "edge":
         shutil.copytree(src, dst, dirs_exist_ok=True, ignore=_NOT_COPIED, copy_function=_copy_sparse)
         return
-    for rel, full in _walk_files(src):
+    shared = _immutable_segments(src)
+
+    def linkable(full: Path) -> bool:
+        segment = next((seg for seg in shared if seg in full.parents), None)
+        return segment is not None and any(fnmatch.fnmatchcase(full.relative_to(segment).as_posix(), pat)
+                                           for pat in _READ_ONLY_ON_OPEN)
+
+    plan = [(rel, full, linkable(full)) for rel, full in _walk_files(src)]
+    # Edge may allocate the copied files in full when it maps them: room for their whole size,
+    # or the reader would die of SIGBUS instead of failing its switch
+    ensure_free_disk(dst, sum(full.stat().st_size for _, full, link in plan if not link),
+                     "a reader's private folder")
+    for rel, full, link in plan:
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if full.name.startswith(_REWRITTEN_ON_OPEN):
-            _copy_sparse(str(full), str(target))
-        else:
+        if link:
             os.link(full, target)
+        else:
+            _copy_sparse(str(full), str(target))
     for dirpath, dirnames, _ in os.walk(src):
         for d in dirnames:
             (dst / Path(dirpath).relative_to(src) / d).mkdir(parents=True, exist_ok=True)

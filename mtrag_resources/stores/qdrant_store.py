@@ -29,13 +29,14 @@ Edge writes through its own WAL; the store flushes a shard at the same point ins
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import sqlite3
 import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -48,15 +49,18 @@ from mtrag_resources.stores.qdrant_folder import (
 
 COLLECTION_PREFIX = "mtrag_"
 MARKERS_COLLECTION = "mtrag_markers"
-KEYWORD_FIELDS = ("source_id", "source_kind", "chunk_id", "parent_id", "file_path", "symbol",
-                  "repository", "content_hash")
+# Payload indexes on the fields queries filter by (a source scope, a kind, a file). Every index
+# costs each write, each publish and each reader's open (Edge loads it), so fields that are only
+# read back (chunk_id, symbol, ...) have none; a filter on them still works, by scanning.
+KEYWORD_FIELDS = ("source_id", "source_kind", "file_path")
 _MARKER_NAMESPACE = uuid.UUID("6f1c8a52-51d0-4b55-9a43-9b7c2a1e0d11")
 _CHUNK_NAMESPACE = uuid.UUID("0b8e2f0e-3f0c-4f3a-8d7e-5b1f6c0a9e27")
 _SCROLL_PAGE = 1024
 # Embedded mode evaluates a scroll filter over the whole collection for every page, so it pages
 # in one big step there.
 _LOCAL_SCROLL_PAGE = 100_000
-_VECTOR_ATOL = 1e-6
+DIGEST_FIELD = "point_digest"  # in every point's payload: what write_source compares
+NEW_COLLECTION_BYTES = 32 << 20
 
 
 class CollectionDimMismatch(QdrantStoreError, ValueError):
@@ -104,9 +108,12 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"payload value of type {type(value).__name__} is not JSON")
 
 
-def _plain_payload(payload: dict) -> dict:
-    """JSON-native payload, so what we compare equals what Qdrant gives back."""
-    return json.loads(json.dumps(payload, default=_json_default))
+
+def _public(payload: dict | None) -> dict:
+    """A stored payload as callers gave it (without the store's own digest)."""
+    out = dict(payload or {})
+    out.pop(DIGEST_FIELD, None)
+    return out
 
 
 def _unit(vector: Any) -> np.ndarray:
@@ -133,7 +140,11 @@ class QdrantStore:
         self._dims: dict[str, int] = {}
         self._fast_local_writes = fast_local_writes
         self._tuned: set[str] = set()
-        QdrantClient, self._models = _qdrant()
+        if self.engine == "edge":
+            from mtrag_resources.stores.qdrant_edge_client import models
+            self._models = models
+        else:
+            QdrantClient, self._models = _qdrant()
         if self.path is not None:
             self._lock = FolderLock(self.path, lock_timeout)
             self._lock.acquire()
@@ -262,6 +273,8 @@ class QdrantStore:
                     "(drop_collection) and rebuild, or configure the model it was built with.")
             return name
         m = self._models
+        if self.path is not None:  # a new Edge shard and its payload indexes: ~17 MB on a tmpfs
+            ensure_free_disk(self.path, NEW_COLLECTION_BYTES, f"creating collection {name}")
         self.client.create_collection(
             name, vectors_config=m.VectorParams(size=int(dim), distance=m.Distance.COSINE))
         with warnings.catch_warnings():  # local mode: "payload indexes have no effect"
@@ -358,47 +371,34 @@ class QdrantStore:
             if offset is None:
                 return
 
-    def _source_point_ids(self, name: str, source_id: str) -> set[str]:
-        return {str(r.id) for r in self._scroll(name, self._source_filter(source_id))}
+    def _stored_digests(self, name: str, source_id: str) -> dict[str, str | None]:
+        """{point id: its `point_digest`} of the source's points (one payload field, no vectors)."""
+        return {str(r.id): (r.payload or {}).get(DIGEST_FIELD)
+                for r in self._scroll(name, self._source_filter(source_id), with_payload=[DIGEST_FIELD])}
 
     def _upsert(self, name: str, points: list) -> None:
         self.client.upsert(name, points=points, wait=True)
 
-    def _unchanged(self, name: str, prepared: list[tuple[str, np.ndarray, dict]],
-                   batch_size: int) -> set[str]:
-        """Point ids whose stored payload and vector already equal the new ones (rewriting them
-        would cost a write each and change nothing)."""
-        same: set[str] = set()
-        for start in range(0, len(prepared), batch_size):
-            batch = prepared[start:start + batch_size]
-            wanted = {pid: (vec, payload) for pid, vec, payload in batch}
-            for rec in self.client.retrieve(name, list(wanted), with_payload=True,
-                                            with_vectors=True):
-                pid = str(rec.id)
-                vec, payload = wanted[pid]
-                stored = rec.vector
-                if isinstance(stored, dict):
-                    stored = next(iter(stored.values()), None)
-                if stored is None or rec.payload != payload:
-                    continue
-                stored = np.asarray(stored, dtype=np.float32)
-                if stored.shape == vec.shape and np.allclose(stored, vec, atol=_VECTOR_ATOL,
-                                                             rtol=0):
-                    same.add(pid)
-        return same
-
     def write_source(self, source_id: str, kind: str, generation: str, points: list[dict],
                      batch_size: int = 256, skip_unchanged: bool = True,
-                     extra: dict[str, list[dict]] | None = None) -> dict:
+                     extra: dict[str, list[dict]] | None = None,
+                     resolve_vectors: Callable[[list[str]], dict] | None = None) -> dict:
         """Make the source's points in `kind`'s collection exactly `points` (and, for each
         collection kind in `extra`, exactly its points there: the multilingual vectors), all under
         one bracket of the source's marker, so a write that dies in any collection leaves the
-        marker at `begin`. Each point is {chunk_id, vector, payload}; source_id, source_kind (the
-        source's kind) and chunk_id are set in the payload here. A collection of another kind
-        that still holds the source's points (its kind changed) is emptied of them."""
+        marker at `begin`. Each point is {chunk_id, vector | vector_key, payload}; source_id,
+        source_kind (the source's kind) and chunk_id are set in the payload here. A point given by
+        `vector_key` (what identifies its vector, e.g. embedder fingerprint and text hash) gets its
+        vector from `resolve_vectors(keys)` only when it is written.
+
+        Each point's payload carries `point_digest` (of its payload and its vector or vector key):
+        a point whose stored digest is the new one is not rewritten, so a one-file change reads one
+        payload field per point of the source and writes only the changed points. A collection of
+        another kind that still holds the source's points (its kind changed) is emptied of them."""
         t0 = time.perf_counter()
         wanted = {kind: points, **(extra or {})}
         prepared = {k: self._prepare(source_id, kind, pts) for k, pts in wanted.items()}
+        self._resolve = resolve_vectors
 
         self._ensure_room(MARKERS_COLLECTION, [])
         self.begin(source_id, generation)
@@ -434,18 +434,19 @@ class QdrantStore:
                 **{f"{k}_points": st["points"] for k, st in stats.items() if k != kind},
                 **{f"{k}_upserted": st["upserted"] for k, st in stats.items() if k != kind}}
 
-    def _ensure_room(self, name: str, points: list[tuple[str, np.ndarray, dict]]) -> None:
+    def _ensure_room(self, name: str, points: list) -> None:
         """An embedded write refuses before it starts when the disk cannot take it (Edge would
         die of SIGBUS writing a mapped page): each point is written about three times (WAL,
         segment, payload storage)."""
         if self.path is None:
             return
-        needed = sum(3 * (vec.nbytes + len(json.dumps(payload))) for _, vec, payload in points)
+        needed = sum(3 * (r[1].nbytes + len(json.dumps(r[2]))) for r in points)
         ensure_free_disk(self.path, needed, f"writing {len(points)} points to {name}")
 
     @staticmethod
-    def _prepare(source_id: str, source_kind: str, points: list[dict]) -> list[tuple[str, np.ndarray, dict]]:
-        prepared: list[tuple[str, np.ndarray, dict]] = []
+    def _prepare(source_id: str, source_kind: str, points: list[dict]) -> list[list]:
+        """[point id, unit vector or None (not resolved yet), payload with its digest, vector key]."""
+        prepared: list[list] = []
         seen: set[str] = set()
         for p in points:
             chunk_id = p["chunk_id"]
@@ -455,42 +456,62 @@ class QdrantStore:
             seen.add(pid)
             payload = dict(p.get("payload") or {})
             payload.update(source_id=source_id, source_kind=source_kind, chunk_id=chunk_id)
-            prepared.append((pid, _unit(p["vector"]), _plain_payload(payload)))
-        dims = {v.shape[0] for _, v, _ in prepared}
-        if len(dims) > 1:
-            raise ValueError(f"points of source {source_id!r} have mixed dims {sorted(dims)}")
+            payload.pop(DIGEST_FIELD, None)
+            text = json.dumps(payload, default=_json_default, sort_keys=True)
+            payload = json.loads(text)  # JSON-native, so what we compare equals what Qdrant gives back
+            key = p.get("vector_key")
+            vec = None if key is not None else _unit(p["vector"])
+            h = hashlib.sha256(text.encode())
+            h.update(b"\0" + (str(key).encode() if key is not None else vec.tobytes()))
+            payload[DIGEST_FIELD] = h.hexdigest()[:32]
+            prepared.append([pid, vec, payload, key])
         return prepared
 
-    def _write_collection(self, kind: str, source_id: str, prepared: list[tuple[str, np.ndarray, dict]],
+    def _vectors(self, source_id: str, rows: list[list]) -> None:
+        """Fill in the vectors of `rows` given by key (only rows about to be written)."""
+        keys = sorted({r[3] for r in rows if r[1] is None})
+        if keys:
+            if self._resolve is None:
+                raise ValueError(f"points of source {source_id!r} name vector keys but no resolve_vectors was given")
+            found = self._resolve(keys)
+            missing = [k for k in keys if k not in found]
+            if missing:
+                raise ValueError(f"source {source_id!r}: no vector for {len(missing)} keys, e.g. {missing[0]!r}")
+            for r in rows:
+                if r[1] is None:
+                    r[1] = _unit(found[r[3]])
+        dims = {r[1].shape[0] for r in rows}
+        if len(dims) > 1:
+            raise ValueError(f"points of source {source_id!r} have mixed dims {sorted(dims)}")
+
+    def _write_collection(self, kind: str, source_id: str, prepared: list[list],
                           batch_size: int, skip_unchanged: bool) -> dict:
         """Upsert what changed, delete the source's points that are no longer wanted."""
         m = self._models
         name = collection_name(kind)
-        if prepared:
-            self.ensure_collection(kind, prepared[0][1].shape[0])
+        existing = self._stored_digests(name, source_id) if self.collection_dim(kind) is not None else {}
+        to_write = [r for r in prepared if not skip_unchanged or existing.get(r[0]) != r[2][DIGEST_FIELD]]
+        self._vectors(source_id, to_write)
+        if to_write:
+            self.ensure_collection(kind, to_write[0][1].shape[0])
         has_collection = self.collection_dim(kind) is not None
-        skipped: set[str] = set()
-        if prepared and skip_unchanged:
-            skipped = self._unchanged(name, prepared, batch_size)
-        to_write = [t for t in prepared if t[0] not in skipped]
         self._ensure_room(name, to_write)
         upserted = 0
         for start in range(0, len(to_write), batch_size):
             batch = to_write[start:start + batch_size]
             self._upsert(name, [m.PointStruct(id=pid, vector=vec.tolist(), payload=payload)
-                                for pid, vec, payload in batch])
+                                for pid, vec, payload, _ in batch])
             upserted += len(batch)
         deleted = total = 0
         if has_collection:
-            keep = {pid for pid, _, _ in prepared}
-            existing = self._source_point_ids(name, source_id)
-            stale = sorted(existing - keep)
-            total = len((existing | keep) - set(stale))
+            keep = {r[0] for r in prepared}
+            stale = sorted(set(existing) - keep)
+            total = len(keep)
             for start in range(0, len(stale), batch_size):
                 ids = stale[start:start + batch_size]
                 self.client.delete(name, points_selector=m.PointIdsList(points=ids), wait=True)
                 deleted += len(ids)
-        return {"upserted": upserted, "skipped": len(skipped), "deleted": deleted, "points": total,
+        return {"upserted": upserted, "skipped": len(prepared) - len(to_write), "deleted": deleted, "points": total,
                 "has_collection": has_collection}
 
     def delete_source(self, source_id: str) -> int:
@@ -546,7 +567,7 @@ class QdrantStore:
                                           with_payload=["chunk_id", *payload_fields] if payload_fields is not None else True,
                                           with_vectors=False)
         return [{"chunk_id": (p.payload or {}).get("chunk_id"), "score": float(p.score),
-                 "payload": dict(p.payload or {})} for p in result.points]
+                 "payload": _public(p.payload)} for p in result.points]
 
     def payloads_for(self, kind: str, chunk_ids: Iterable[str]) -> dict[str, dict]:
         """Full payloads by chunk id; ids not in the collection are left out."""
@@ -555,7 +576,7 @@ class QdrantStore:
             return {}
         recs = self.client.retrieve(collection_name(kind), [point_id(c) for c in ids], with_payload=True,
                                     with_vectors=False)
-        return {r.payload["chunk_id"]: dict(r.payload) for r in recs if r.payload and "chunk_id" in r.payload}
+        return {r.payload["chunk_id"]: _public(r.payload) for r in recs if r.payload and "chunk_id" in r.payload}
 
     def vectors_for(self, kind: str, chunk_ids: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored (unit) vectors by chunk id; ids not in the collection are left out."""
