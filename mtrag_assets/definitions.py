@@ -11,7 +11,7 @@ from mtrag_assets.index_manifest import index_manifest
 from mtrag_assets.neo4j_graph import neo4j_graph
 from mtrag_assets.qdrant_collection import qdrant_collection
 from mtrag_assets.raw_source import raw_source
-from mtrag_assets.jobs import build_source_job
+from mtrag_assets.jobs import JOBS
 from mtrag_assets.resources import IndexReaderResource, MtragResource
 from mtrag_assets.schedules import nightly_rebuild
 from mtrag_assets.sensors import source_changes, sources_sync
@@ -24,12 +24,15 @@ ALL_ASSETS = PARTITIONED_ASSETS + GLOBAL_ASSETS
 # the schedule or a sensor-requested rebuild ends in a published generation without a click.
 publish_automation = dg.AutomationConditionSensorDefinition(
     "publish_automation", target=dg.AssetSelection.assets(cross_source_links, index_manifest),
-    default_status=dg.DefaultSensorStatus.RUNNING)
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Evaluates the automation conditions of cross_source_links and index_manifest: once "
+                "source runs (backfills, the nightly schedule, source_changes) committed new generations "
+                "and none is in progress, it requests one run that resolves the links and publishes.")
 
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
-    jobs=[build_source_job],
+    jobs=JOBS,
     schedules=[nightly_rebuild],
     sensors=[sources_sync, source_changes, publish_automation],
     resources={"mtrag": MtragResource.from_environment(), "index_reader": IndexReaderResource()},

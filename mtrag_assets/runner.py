@@ -1,6 +1,9 @@
 """`mtrag build`: materialise through the Dagster instance at DAGSTER_HOME so every run shows in
 the UI. One run per changed source partition; the last one also resolves the links and publishes
-the manifest (a build with no changed source runs those two alone)."""
+the manifest (a build with no changed source runs those two alone). The runs are runs of the code
+location's jobs (`build_source`, `build_source_and_publish`, `publish_generation`), executed in this
+process and recorded with the code location as their origin, so the UI's Overview timeline lists
+them in those jobs' rows; tags `mtrag/trigger=cli`, `mtrag/source`, `mtrag/publish` filter them."""
 from __future__ import annotations
 
 import os
@@ -21,6 +24,7 @@ from mtrag_resources.stores.connect import shared_qdrant
 
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
+from mtrag_assets.jobs import JOBS, build_source_and_publish_job, build_source_job, publish_generation_job
 from mtrag_assets.partitions import sources_partitions
 from mtrag_assets.resources import MtragResource
 
@@ -175,6 +179,47 @@ def watching_events(instance: dg.DagsterInstance, callback):
         instance.__dict__.pop("handle_new_event", None)
 
 
+# The code location `dagster dev -w workspace.yaml` loads (workspace.yaml names the module; its
+# Definitions are the one repository, `__repository__`): where the UI looks for a run's job.
+CODE_LOCATION = "mtrag_assets.definitions"
+REPOSITORY = "__repository__"
+
+
+def remote_job_origin(job_name: str):
+    """The origin a run launched from the UI would carry for `job_name`. An in-process run has
+    none, and the Overview timeline leaves out every run without one."""
+    from dagster._core.remote_origin import (ManagedGrpcPythonEnvCodeLocationOrigin, RemoteJobOrigin,
+                                             RemoteRepositoryOrigin)
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    target = LoadableTargetOrigin(executable_path=sys.executable, module_name=CODE_LOCATION,
+                                  working_directory=str(Path(__file__).resolve().parents[1]))
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(loadable_target_origin=target, location_name=CODE_LOCATION)
+    return RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(location, REPOSITORY), job_name=job_name)
+
+
+@contextmanager
+def runs_with_origin(instance: dg.DagsterInstance, job_name: str):
+    """Runs `instance` creates meanwhile carry the code location's origin for `job_name` (and so
+    its `dagster/code_location` tag), as if launched from the UI; execute_in_process takes none."""
+    original = instance.create_run_for_job
+    origin = remote_job_origin(job_name)
+
+    def create_run_for_job(*args, **kwargs):
+        kwargs.setdefault("remote_job_origin", origin)
+        return original(*args, **kwargs)
+
+    instance.create_run_for_job = create_run_for_job
+    try:
+        yield
+    finally:
+        instance.__dict__.pop("create_run_for_job", None)
+
+
+def cli_definitions(resources: dict) -> dg.Definitions:
+    """The code location's assets, checks and jobs bound to `mtrag build`'s resources."""
+    return dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=JOBS, resources=resources)
+
+
 def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> dict:
     """Make the `sources` partitions equal to the sources file (removed sources lose theirs)."""
     name = sources_partitions.name
@@ -190,7 +235,7 @@ def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> di
 
 def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None,
               force: bool = False, log=print, accept_quality_drop: bool = False,
-              console_log_level: str = "WARNING") -> dict:
+              console_log_level: str = "WARNING", extra_tags: dict | None = None) -> dict:
     """`accept_quality_drop`: the publishing run publishes even where the golden-query gate refuses
     the candidate (index_manifest's config; the manifest records it). `log` gets each stage's
     start and end (counts, seconds) and the embedding's progress; `console_log_level`: Dagster's
@@ -198,7 +243,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     instance = dagster_instance(settings)
     sync_partitions(instance, specs)
     release_dead_runs(instance, log)
-    tags = {"mtrag/trigger": "cli", **_process_tags()}
+    tags = {"mtrag/trigger": "cli", **_process_tags(), **(extra_tags or {})}  # watch: mtrag/plane=watch
     resources = {"mtrag": MtragResource()}
     if only:
         unknown = sorted(set(only) - {s.id for s in specs})
@@ -231,17 +276,25 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             if by_id[sid].pip_sdist:
                 spec_root(settings, by_id[sid])
 
+        defs = cli_definitions(resources)
+
         def run(sid: str | None, publish: bool) -> str:
-            """One in-process run: a source's partition, the links and the manifest, or both (the
-            last source shares the publishing run: one run's fixed cost less per build)."""
+            """One in-process run: a source's partition (build_source), the links and the manifest
+            (publish_generation), or both (build_source_and_publish: the last source shares the
+            publishing run, one run's fixed cost less per build)."""
             selection = (PARTITIONED_ASSETS if sid else []) + (GLOBAL_ASSETS if publish else [])
+            job = defs.resolve_job_def((build_source_and_publish_job if publish else build_source_job).name if sid
+                                       else publish_generation_job.name)
             marker = mark_dirty(settings, sid) if sid else None
             run_config = {"loggers": {"console": {"config": {"log_level": console_log_level}}}}
             if publish and accept_quality_drop:
                 run_config = {**run_config, "ops": {"index_manifest": {"config": {"accept_quality_drop": True}}}}
-            with watching_events(instance, StageProgress(log, sid or "publish", asset_steps)):
-                result = dg.materialize(ALL_ASSETS + ALL_CHECKS, selection=selection, partition_key=sid,
-                                        instance=instance, resources=resources, tags=tags, run_config=run_config)
+            run_tags = {**tags, **({"mtrag/source": sid} if sid else {}), "mtrag/publish": str(publish).lower()}
+            with watching_events(instance, StageProgress(log, sid or "publish", asset_steps)), \
+                    runs_with_origin(instance, job.name):
+                result = job.execute_in_process(run_config=run_config, instance=instance, partition_key=sid,
+                                                asset_selection=[k for a in selection for k in a.keys],
+                                                tags=run_tags)
             if marker is not None:
                 marker.unlink(missing_ok=True)
             return result.run_id

@@ -10,7 +10,9 @@ NIGHTLY_CRON = env("MTRAG_NIGHTLY_CRON", "0 2 * * *")
 
 
 @dg.schedule(cron_schedule=NIGHTLY_CRON, job=build_source_job, execution_timezone="UTC",
-             default_status=dg.DefaultScheduleStatus.RUNNING)
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description=f"Rebuilds every source nightly ({NIGHTLY_CRON} UTC, MTRAG_NIGHTLY_CRON): one build_source "
+                         "run per partition, tag mtrag/trigger=nightly; publish_automation then publishes.")
 def nightly_rebuild(context: dg.ScheduleEvaluationContext):
     """Rebuild every source nightly, one run per partition (build_schedule_from_partitioned_job
     refuses dynamic partitions). Unchanged sources finish fast: stat-cached hashes, memoised

@@ -140,7 +140,8 @@ def test_pip_sdist_source_is_fetched_from_pypi_and_snapshotted(sdist_env):
     assert ContentStore(s.cas_dir).get_text(included[0]["sha256"]) == data.decode()
 
     meta = latest_metadata("raw_source", "six")
-    assert meta["files"] == 1 and meta["by_language"] == {"python": 1}
+    assert meta["files"] == 1 and meta["by_language"] == "| language | count |\n| --- | ---: |\n| python | 1 |"
+    assert meta["sdist"] == SDIST and "commit" not in meta  # its pin, not a git HEAD above its folder
     assert Path(meta["root"]) == unpacked
     chunks = latest_metadata("cas_chunks", "six")
     assert chunks["chunks"] > 20  # six.py's functions and classes

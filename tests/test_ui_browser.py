@@ -160,3 +160,50 @@ def test_asset_graph_partitions_and_checks_render(dagster_ui, page, tmp_path):
         expect(row.locator("[aria-label=check_circle]")).to_be_visible()
     expect(page.get_by_text("Passed", exact=True).first).to_be_visible()
     page.screenshot(path=tmp_path / "neo4j_graph_checks.png")
+
+
+def test_counters_render_as_tables_and_cli_builds_show_on_the_timeline(dagster_ui, page, tmp_path):
+    """A counter in a materialization's metadata (canonical_graph's `relations_by_type`) is a
+    rendered table on the asset page, not JSON text; `mtrag build`'s runs are on the Overview
+    timeline in their jobs' rows (build_source, then build_source_and_publish for the last source)."""
+    import dagster as dg
+    from playwright.sync_api import expect
+
+    page.goto(f"{dagster_ui}/assets/canonical_graph?view=partitions")
+    page.get_by_title("shop", exact=True).first.click()
+    expect(page).to_have_url(re.compile(r"[?&]partition=shop(&|$)"))
+    expect(page.get_by_text("Latest materialization", exact=True)).to_be_visible()
+    tables = page.locator(".dagster-markdown table")
+    relations = tables.filter(has=page.locator("th", has_text=re.compile(r"^type$")))
+    expect(relations.first).to_be_visible()
+    expect(relations.first.locator("th", has_text=re.compile(r"^count$"))).to_be_visible()
+    expect(relations.first.locator("td", has_text=re.compile(r"^CALLS$"))).to_be_visible()
+    labels = tables.filter(has=page.locator("th", has_text=re.compile(r"^label$")))
+    expect(labels.first.locator("td", has_text=re.compile(r"^Function$"))).to_be_visible()
+    expect(page.get_by_text(re.compile(r'"CALLS":\s*\d'))).to_have_count(0)  # no JSON text of the counter
+    expect(page.get_by_text(re.compile(r"\d\.\d{5,}"))).to_have_count(0)  # no unrounded float
+    page.screenshot(path=tmp_path / "canonical_graph_shop_metadata.png", full_page=True)
+
+    runs = dg.DagsterInstance.get().get_runs(filters=dg.RunsFilter(tags={"mtrag/trigger": "cli"}))
+    by_job = {}
+    for run in runs:
+        by_job.setdefault(run.job_name, []).append(run.run_id)
+    assert set(by_job) == {"build_source", "build_source_and_publish"}, by_job
+
+    page.goto(f"{dagster_ui}/overview/activity/timeline?groupBy=job")
+    rows = page.locator("[class*=timelineRowContainer]")
+    for job, run_ids in by_job.items():
+        # The row's name links to the job of the workspace's code location (the runs' origin).
+        row = rows.filter(has=page.locator(f'a[href="/locations/mtrag_assets.definitions/jobs/{job}"]'))
+        expect(row).to_have_count(1, timeout=60_000)  # the timeline loads its runs in batches
+        chunks = row.locator(".chunk-popover-target")
+        expect(chunks.first).to_be_visible()
+        # Hovering the row's run chunk lists its runs, each a link to the run's page.
+        links = page.locator(", ".join(f'a[href$="/runs/{rid}"]' for rid in run_ids))
+        for i in range(chunks.count()):
+            chunks.nth(i).hover()
+            if links.count():
+                break
+        expect(links.first).to_be_visible()
+        page.screenshot(path=tmp_path / f"timeline_{job}.png")
+        page.mouse.move(0, 0)
