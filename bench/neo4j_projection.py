@@ -16,15 +16,37 @@ time on a shared machine.
 
     python bench/neo4j_projection.py [--rels 20000] [--nodes 5000] [--repeat 3] [--fresh] [--out FILE]
 
+With --source-sdist REQ (e.g. `--source-sdist django==5.2.19`) it writes a real source's graph
+instead: the sdist's files (--include, default `<name>/**/*.py` and `docs/**/*.txt`) go through
+the raw_source, cas_chunks and canonical_graph stages once (no embedding model), cached under
+bench/out/neo4j-<name>-<version>/ (--rebuild-graph redoes it), and each round reports
+
+- first_write:        the source deleted, then written (every row new),
+- unchanged_rewrite:  the same input again,
+- one_file_change:    a new generation where one Python file (--change-file, default the largest
+                      one) has a function inserted in its middle, re-parsed by the same stage code:
+                      its nodes below the insertion move, new nodes and relationships appear,
+
+with relationships/s and nodes/s; round 1 on a server this script started (--fresh, or the local
+one not running yet) is a cold JVM and is shown apart from the medians of the later rounds.
+--compare FILE runs another version of neo4j_store.py (e.g. `git show
+HEAD:mtrag_resources/stores/neo4j_store.py > /tmp/old_store.py`) in alternation with the current
+one on the same server, so the two can be compared within one run on a shared machine.
+
+    python bench/neo4j_projection.py --source-sdist django==5.2.19 [--repeat 3] [--fresh] [--compare FILE]
+
 Uses NEO4J_URI when set, else the local server of $MTRAG_HOME (started if needed, and stopped again
 afterwards when this script started it, unless --keep). --fresh starts a private server under a
 temporary home instead (cold JVM, empty database, no query plans cached) and removes it afterwards."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -35,6 +57,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mtrag_resources.core.config import Settings  # noqa: E402
+from mtrag_resources.core.layout import SourceLayout  # noqa: E402
 from mtrag_resources.core.models import GraphNode, GraphRelation, sha256_hex  # noqa: E402
 from mtrag_resources.stores.neo4j_server import Neo4jServer, jit_flags, neo4j_connection  # noqa: E402
 from mtrag_resources.stores.neo4j_store import Neo4jStore  # noqa: E402
@@ -119,20 +142,195 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rels", type=int, default=20000)
-    ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--small-rels", type=int, default=1500)
-    ap.add_argument("--small-nodes", type=int, default=400)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=None, help="rows per transaction (default: the store's)")
-    ap.add_argument("--source", default="bench-neo4j-projection")
-    ap.add_argument("--fresh", action="store_true", help="start a private server under a temporary home")
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--keep", action="store_true", help="keep the data and a server this script started")
-    args = ap.parse_args(argv)
+# ------------------------------------------------------------------------------ a real source
+CHUNK_NODE_FIELDS = ("chunk_id", "source_id", "role", "chunk_type", "file_path", "symbol", "title",
+                     "start_line", "end_line", "parent_id")  # what stages/neo4j_graph.py passes
+INSERTED = ("def mtrag_bench_inserted(value, *args):\n"
+            "    \"\"\"A function the one-file-change round inserts.\"\"\"\n"
+            "    return repr(value), len(args)\n\n")
 
+
+def sdist_graph(requirement: str, include: list[str], work: Path, source_id: str, rebuild: bool = False):
+    """The canonical graph of a pip sdist, built by the stages once (no embedding) and cached under
+    `work`: (settings, spec, nodes, relations, chunk rows as stages/neo4j_graph.py passes them)."""
+    from mtrag_resources.ingest.sources import SourceSpec
+    from mtrag_resources.stages.canonical_graph import build_canonical_graph
+    from mtrag_resources.stages.cas_chunks import build_cas_chunks
+    from mtrag_resources.stages.raw_source import build_raw_source
+    from mtrag_resources.stores.tables import read_rows
+
+    settings = Settings(home=work / "home")
+    spec = SourceSpec(id=source_id, kind="code", pip_sdist=requirement, include=tuple(include))
+    layout = SourceLayout(settings, source_id)
+    stamp = work / "graph.json"  # what the cached graph was built from
+    from mtrag_resources.core.versions import CODE_VERSIONS
+    want = {"requirement": requirement, "include": list(include), "source_id": source_id,
+            "code_versions": {k: CODE_VERSIONS[k] for k in ("raw_source", "cas_chunks", "canonical_graph")}}
+    cached = stamp.exists() and json.loads(stamp.read_text()) == want and layout.relations.exists()
+    if rebuild or not cached:
+        for stage in (build_raw_source, build_cas_chunks, build_canonical_graph):
+            t = time.monotonic()
+            result = stage(settings, spec)
+            print(f"{stage.__name__}: {time.monotonic() - t:.1f} s "
+                  f"{ {k: v for k, v in result.metadata.items() if k in ('files', 'chunks', 'nodes', 'relations')} }",
+                  flush=True)
+        stamp.write_text(json.dumps(want))
+    nodes = read_rows(layout.nodes, GraphNode)
+    relations = read_rows(layout.relations, GraphRelation)
+    chunks = [{k: r[k] for k in CHUNK_NODE_FIELDS} for r in read_rows(layout.chunks)]
+    return settings, spec, nodes, relations, chunks
+
+
+def one_file_change(settings: Settings, spec, chunks: list[dict], path: str | None):
+    """The graph after inserting a function in the middle of one Python file (the largest one when
+    `path` is None), re-parsed and re-assembled by the stage code: (path, nodes, relations, chunks)."""
+    from mtrag_resources.ingest.snapshot import load_inventory
+    from mtrag_resources.stages.canonical_graph import assemble_graph
+    from mtrag_resources.stages.cas_chunks import load_parsed_files, parse_file
+    from mtrag_resources.stores.cas import ContentStore
+
+    layout = SourceLayout(settings, spec.id)
+    entries = {e.path: e for e in load_inventory(layout).included}
+    if path is None:
+        path = max((e for e in entries.values() if e.language == "python"), key=lambda e: e.size).path
+    entry = entries[path]
+    lines = ContentStore(settings.cas_dir).get_text(entry.sha256).splitlines(keepends=True)
+    # before the first def at or after the middle of the file, at its indentation (a method in a
+    # class), so everything below it moves down; at the end when there is none
+    at, indent = len(lines), ""
+    for i in range(len(lines) // 2, len(lines)):
+        m = re.match(r"([ \t]*)(async def|def) ", lines[i])
+        if m:
+            at, indent = i, m.group(1)
+            break
+    inserted = "".join(indent + line if line.strip() else line for line in INSERTED.splitlines(keepends=True))
+    text = "".join(lines[:at] + [inserted] + lines[at:])
+    changed = parse_file(spec.id, path, entry.category, entry.language, text)
+    parsed = [(p, changed if p == path else pf) for p, pf in load_parsed_files(layout)]
+    if path not in {p for p, _ in parsed}:
+        raise RuntimeError(f"{layout.facts}: no parse facts of {path} (another cas_chunks version?): "
+                           "run again with --rebuild-graph")
+    nodes, relations, _refs = assemble_graph(spec, parsed)
+    new_chunks = [c for c in chunks if c["file_path"] != path]
+    for c in changed.chunks:
+        row = dataclasses.asdict(c)
+        row["source_id"] = spec.id
+        new_chunks.append({k: row[k] for k in CHUNK_NODE_FIELDS})
+    return path, nodes, relations, new_chunks
+
+
+def load_store_class(path: Path):
+    """Neo4jStore from another copy of neo4j_store.py (--compare)."""
+    mod_spec = importlib.util.spec_from_file_location("_bench_other_neo4j_store", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[mod_spec.name] = module  # dataclasses look their module up there
+    mod_spec.loader.exec_module(module)
+    return module.Neo4jStore
+
+
+def _timed_write(store, source: str, generation: str, graph, server_pid: int | None) -> dict:
+    out = _run(store, source, generation, graph, server_pid)
+    nodes = out.get("written_nodes", 0) + out.get("unchanged_nodes", 0)
+    out["projected_nodes"] = nodes
+    out["nodes_per_s"] = round(nodes / out["seconds"], 1)
+    return out
+
+
+def sdist_rounds(stores: dict, source: str, base, changed, repeat: int, server_pid: int | None,
+                 cold_first: bool, compare_first: bool = False) -> dict:
+    """`repeat` rounds of first write / unchanged rewrite / one-file change per store, the stores'
+    order alternating from round to round (ABBA...), so neither always runs on a warmer server."""
+    names = list(stores)[::-1] if compare_first else list(stores)
+    runs = {name: {k: [] for k in ("first_write", "unchanged_rewrite", "one_file_change")} for name in names}
+    cold: dict = {}
+    for i in range(repeat):
+        order = names if i % 2 == 0 else names[::-1]
+        for name in order:
+            store = stores[name]
+            store.delete_source(source)
+            got = {"first_write": _timed_write(store, source, f"r{i}-g1", base, server_pid),
+                   "unchanged_rewrite": _timed_write(store, source, f"r{i}-g1", base, server_pid),
+                   "one_file_change": _timed_write(store, source, f"r{i}-g2", changed, server_pid)}
+            if cold_first and not cold:
+                cold = {"store": name, **got}  # a cold JVM: reported apart, not in the medians
+            else:
+                for k, r in got.items():
+                    runs[name][k].append(r)
+            for k, r in got.items():
+                print(f"[{i}] {name:8s} {k:18s} {r['projected_relationships']:6d} rels {r['projected_nodes']:6d} nodes "
+                      f"in {r['seconds']:7.3f} s = {r['rels_per_s']:8.1f} rels/s {r['nodes_per_s']:8.1f} nodes/s  "
+                      f"written {r.get('written_relationships')} rels / {r.get('written_nodes')} nodes, deleted "
+                      f"{r['deleted_relationships']} rels / {r['deleted_nodes']} nodes  cpu client "
+                      f"{r['client_cpu_s']:.2f} s server {r['server_cpu_s']} s", flush=True)
+    out = {"cold_round": cold or None, "stores": {}}
+    for name in names:
+        out["stores"][name] = {k: dict(_summary(v), median_nodes_per_s=round(statistics.median(
+            r["nodes_per_s"] for r in v), 1)) for k, v in runs[name].items() if v}
+    return out
+
+
+def main_sdist(args) -> int:
+    name, version = args.source_sdist.split("==", 1)
+    include = args.include or [f"{name}/**/*.py", "docs/**/*.txt"]
+    work = args.work or Path(__file__).resolve().parent / "out" / f"neo4j-{name}-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    source = name
+    t = time.monotonic()
+    settings, spec, nodes, rels, chunks = sdist_graph(args.source_sdist, include, work, source, args.rebuild_graph)
+    graph_s = time.monotonic() - t
+    path, nodes2, rels2, chunks2 = one_file_change(settings, spec, chunks, args.change_file)
+    print(f"graph of {args.source_sdist}: {len(nodes)} nodes, {len(rels)} relations, {len(chunks)} chunks "
+          f"({graph_s:.1f} s); the one-file change edits {path}", flush=True)
+
+    server, uri, user, password, started_here, tmp_home, server_start_s = _connect(args)
+    server_pid = args.server_pid or (server._pid() if args.fresh or not os.environ.get("NEO4J_URI") else None)
+    kwargs = {"batch_size": args.batch} if args.batch else {}
+    stores = {"current": Neo4jStore(uri, user, password, **kwargs)}
+    if args.compare:
+        stores["compare"] = load_store_class(args.compare)(uri, user, password, **kwargs)
+    try:
+        for store in stores.values():
+            store.ensure_schema()
+        result = sdist_rounds(stores, source, (nodes, rels, chunks), (nodes2, rels2, chunks2), args.repeat,
+                              server_pid, cold_first=started_here, compare_first=args.compare_first)
+        counts = stores["current"].counts(source)
+        if not args.keep:
+            stores["current"].delete_source(source)
+    finally:
+        for store in stores.values():
+            store.close()
+        _disconnect(server, started_here, tmp_home, args.keep)
+
+    result = {
+        "source": args.source_sdist, "include": include, "changed_file": path,
+        "server": "fresh" if args.fresh else ("NEO4J_URI" if os.environ.get("NEO4J_URI") else "local"),
+        "server_start_s": server_start_s if started_here else None,
+        "server_jit_flags": jit_flags() if started_here else None,
+        "compare": str(args.compare) if args.compare else None, "batch_size": stores["current"].batch_size,
+        "repeat": args.repeat,
+        "input": {"nodes": len(nodes), "relationships": len(rels), "chunks": len(chunks),
+                  "changed": {"nodes": len(nodes2), "relationships": len(rels2), "chunks": len(chunks2)}},
+        **result, "final_counts": counts,
+    }
+    if result["cold_round"]:
+        c = result["cold_round"]
+        print(f"cold JVM ({c['store']}): first write {c['first_write']['rels_per_s']:.1f} rels/s "
+              f"{c['first_write']['nodes_per_s']:.1f} nodes/s in {c['first_write']['seconds']:.2f} s")
+    for name, per in result["stores"].items():
+        for k, v in per.items():
+            print(f"{name:8s} {k:18s} median {v['median_seconds']:7.3f} s = {v['median_rels_per_s']:9.1f} rels/s "
+                  f"{v['median_nodes_per_s']:9.1f} nodes/s  (cpu: client {v['median_client_cpu_s']:.2f} s, "
+                  f"server {v.get('median_server_cpu_s')} s)")
+    out = args.out or work / "result.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+def _connect(args):
+    """The server to write to: NEO4J_URI, a private fresh one (--fresh), or the local one (started
+    when not running). Returns (server, uri, user, password, started_here, tmp_home, start seconds)."""
     tmp_home = None
     if args.fresh:
         tmp_home = Path(tempfile.mkdtemp(prefix="mtrag-bench-neo4j-"))
@@ -151,9 +349,50 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - not running: start the local one
             uri, user, password = neo4j_connection(settings, start=True)
             started_here = True
-    server_start_s = round(time.monotonic() - t0, 2)
+    return server, uri, user, password, started_here, tmp_home, round(time.monotonic() - t0, 2)
 
-    server_pid = None if os.environ.get("NEO4J_URI") else server._pid()
+
+def _disconnect(server, started_here: bool, tmp_home: Path | None, keep: bool) -> None:
+    if started_here and not keep:
+        server.stop()
+    if tmp_home is not None and not keep:
+        shutil.rmtree(tmp_home, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rels", type=int, default=20000)
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--small-rels", type=int, default=1500)
+    ap.add_argument("--small-nodes", type=int, default=400)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=None, help="rows per transaction (default: the store's)")
+    ap.add_argument("--source", default="bench-neo4j-projection")
+    ap.add_argument("--fresh", action="store_true", help="start a private server under a temporary home")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the data and a server this script started")
+    ap.add_argument("--source-sdist", default=None, metavar="REQ",
+                    help="write a real source's graph: a pinned sdist such as django==5.2.19")
+    ap.add_argument("--include", action="append", default=None, metavar="GLOB",
+                    help="with --source-sdist: the files to read (repeatable; default <name>/**/*.py, docs/**/*.txt)")
+    ap.add_argument("--change-file", default=None, metavar="PATH",
+                    help="with --source-sdist: the Python file the one-file change edits (default the largest)")
+    ap.add_argument("--rebuild-graph", action="store_true", help="with --source-sdist: rebuild the cached graph")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="with --source-sdist: the cache folder (default bench/out/neo4j-<name>-<version>)")
+    ap.add_argument("--compare", type=Path, default=None, metavar="FILE",
+                    help="with --source-sdist: another neo4j_store.py, run in alternation with the current one")
+    ap.add_argument("--compare-first", action="store_true",
+                    help="with --compare: the other store goes first in round 1 (the cold one on a fresh server)")
+    ap.add_argument("--server-pid", type=int, default=None,
+                    help="the process of a local server given by NEO4J_URI, to report its CPU seconds")
+    args = ap.parse_args(argv)
+    if args.source_sdist:
+        return main_sdist(args)
+
+    server, uri, user, password, started_here, tmp_home, server_start_s = _connect(args)
+
+    server_pid = args.server_pid or (server._pid() if args.fresh or not os.environ.get("NEO4J_URI") else None)
     kwargs = {"batch_size": args.batch} if args.batch else {}
     store = Neo4jStore(uri, user, password, **kwargs)
     small_source = args.source + "-small"
@@ -191,10 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             store.delete_source(small_source)
     finally:
         store.close()
-        if started_here and not args.keep:
-            server.stop()
-        if tmp_home is not None and not args.keep:
-            shutil.rmtree(tmp_home, ignore_errors=True)
+        _disconnect(server, started_here, tmp_home, args.keep)
 
     result = {
         "server": "NEO4J_URI" if os.environ.get("NEO4J_URI") else ("fresh" if args.fresh else "local"),

@@ -225,6 +225,54 @@ def test_missing_endpoint_is_skipped_and_counted(neo4j_store, sid):
     assert neo4j_store.counts(sid)["relationships"] == {"DEFINES": 2, "CALLS": 1, "HAS_CHUNK": 1}
 
 
+def test_first_write_creates_without_merge(neo4j_store, sid, monkeypatch):
+    """A source's first write CREATEs every node and relationship (no per-row MERGE); a rewrite
+    that changes a node MERGEs just that one."""
+    sent: list[str] = []
+    real = Neo4jStore._run_batch
+
+    def spy(self, session, statements):
+        sent.extend(q for q, _ in statements)
+        return real(self, session, statements)
+
+    monkeypatch.setattr(Neo4jStore, "_run_batch", spy)
+    nodes, rels, chunks = code_graph(sid)
+    first = neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    assert (first["written_nodes"], first["written_relationships"]) == (9, 11)
+    assert sent and not any("MERGE (n:Entity" in q for q in sent)
+    assert any("CREATE (n:Entity:Function" in q for q in sent)
+    sent.clear()
+    nodes[1].start_line = 77
+    again = neo4j_store.write_source(sid, "g2", nodes, rels, chunks)
+    assert again["written_nodes"] == 1 and again["written_relationships"] == 0
+    assert [q for q in sent if "(n:Entity" in q and "MERGE" in q] and not any("CREATE (n:Entity" in q for q in sent)
+
+
+def test_node_id_held_by_another_source_is_taken_over(neo4j_store, sid):
+    """A node_id that another source's projection holds is new to this one: its CREATE fails the
+    node_id constraint, the transaction runs again with MERGE, and the node moves over (as MERGE
+    always did), without the other source's relationships being touched."""
+    other = sid + "-other"
+    try:
+        shared = GraphNode(node_id=f"{sid}:shared", label="Module", name="shared", qualified_name="pkg.shared",
+                           source_id=other, file_path="pkg/shared.py")
+        neo4j_store.write_source(other, "o1", [shared], [], [])
+        nodes, rels, chunks = code_graph(sid, names=("a", "b"))
+        moved = GraphNode(**{**shared.__dict__, "source_id": sid, "label": "File"})
+        rels.append(rel(sid, "CONTAINS", "shared", "a"))
+        stats = neo4j_store.write_source(sid, "g1", nodes + [moved], rels, chunks)
+        assert stats["written_nodes"] == 6 and stats["skipped_relationships"] == {}
+        assert neo4j_store.counts(sid)["nodes"] == {"Module": 1, "File": 1, "Function": 2, "Chunk": 2}
+        assert neo4j_store.counts(other)["total_nodes"] == 0
+        [anchor] = neo4j_store.resolve_anchors([f"{sid}:shared"])
+        assert (anchor["source_id"], anchor["label"]) == (sid, "File")
+        again = neo4j_store.write_source(sid, "g1", nodes + [moved], rels, chunks)
+        assert again["written_nodes"] == 0 and again["written_relationships"] == 0
+        assert neo4j_store.marker(sid).state == COMMITTED
+    finally:
+        neo4j_store.delete_source(other)
+
+
 def test_invalid_input_rejected_before_any_write(neo4j_store, sid):
     nodes, rels, chunks = code_graph(sid)
     bad = GraphNode(node_id=f"{sid}:x", label="Function:Admin", name="x", qualified_name="x", source_id=sid)

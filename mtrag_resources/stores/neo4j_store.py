@@ -16,8 +16,9 @@ Model:
 - every node and relationship carries `digest`, a 64-bit hash of everything written for it (label
   or type, endpoints, properties). A write reads the ids and digests its projection holds (one
   query), then writes only the difference: stale relationships deleted by rel_id and stale nodes
-  by node_id (DETACH), new and changed nodes MERGEd by node_id (`SET n = {...}`), new relationships
-  CREATEd, changed ones deleted and created again; unchanged rows are not touched, so an unchanged
+  by node_id (DETACH), changed nodes MERGEd by node_id (`SET n = {...}`), new nodes and new
+  relationships CREATEd, changed relationships deleted and created again (a first write of a
+  source is all CREATEs: no per-row MERGE anywhere); unchanged rows are not touched, so an unchanged
   rewrite costs one read. The diff is taken against the graph as it is, so a rerun converges after
   a half-finished write too.
 - the difference goes as list rows in UNWIND statements of STATEMENT_ROWS rows, pipelined, in
@@ -408,7 +409,7 @@ class Neo4jStore:
         """Diff the wanted nodes/relationships against what the projection holds (one read, with
         the 'begin' marker), then write only the difference, in order: delete stale relationships
         and the old edges of changed relationships (by rel_id), stale nodes (by node_id, DETACH);
-        MERGE new and changed nodes; CREATE new and changed relationships; the 'committed' marker
+        MERGE changed nodes, CREATE new ones; CREATE new and changed relationships; the 'committed' marker
         goes with the last batch. node_rows None: a projection without nodes of its own (the links)."""
         source_id = projection if node_rows is not None else None
         node_rows = node_rows or {}
@@ -421,11 +422,16 @@ class Neo4jStore:
 
             stale_nodes = [nid for nid in have_nodes if nid not in node_rows]
             stale_set = set(stale_nodes)
-            upserts: dict[str, list[list]] = defaultdict(list)
+            upserts: dict[str, list[list]] = defaultdict(list)    # changed: the projection has the node_id
+            new_nodes: dict[str, list[list]] = defaultdict(list)  # new: it does not
             for nid, (label, row) in node_rows.items():
-                if have_nodes.get(nid) != row[-1]:
+                old = have_nodes.get(nid)
+                if old is None:
+                    new_nodes[label].append(row)
+                elif old != row[-1]:
                     upserts[label].append(row)
-            unchanged_nodes = len(node_rows) - sum(len(v) for v in upserts.values())
+            unchanged_nodes = len(node_rows) - sum(len(v) for v in upserts.values()) - sum(
+                len(v) for v in new_nodes.values())
 
             drop_rels: dict[str, list[str]] = defaultdict(list)     # stale: rel_id no longer wanted
             replace_rels: dict[str, list[str]] = defaultdict(list)  # changed: deleted, then created again
@@ -457,19 +463,18 @@ class Neo4jStore:
                 steps.append((_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
                               "USING INDEX SEEK n:Entity(node_id) WHERE n.source_id = $sid DETACH DELETE n",
                               stale_nodes, {"sid": source_id}, ("drop_node", "")))
-            for label, rows in upserts.items():
-                label = check_label(label)
-                others = ":".join(lbl for lbl in ALLOWED_LABELS if lbl != label)
-                fields = CHUNK_FIELDS if label == "Chunk" else NODE_FIELDS
-                # `SET n = {...}` replaces all properties (no leftovers from an older shape of the
-                # node); removing the other allowlisted labels handles an entity whose kind changed.
-                steps.append((_KEEP_PLAN + f"UNWIND $rows AS row MERGE (n:Entity {{node_id: row[0]}}) "
-                              f"SET n = {_props_map(fields, {'source_id': '$sid'})} "
-                              f"REMOVE n:{others} SET n:{label}", rows, {"sid": source_id}, ("node", label)))
+            merge_of: dict[str, str] = {}  # CREATE statement -> its MERGE twin (see _execute)
+            for kind, groups in (("merge", upserts), ("create", new_nodes)):
+                for label, rows in groups.items():
+                    merge, create = self._node_statements(check_label(label))
+                    if kind == "create":
+                        merge_of[create] = merge
+                    steps.append((create if kind == "create" else merge, rows, {"sid": source_id},
+                                  ("node", label)))
 
             stats = _WriteStats()
             commit = (self._MARKER, {"sid": projection, "gen": generation, "state": COMMITTED})
-            self._execute(session, steps, stats, progress)  # deletions and nodes first
+            self._execute(session, steps, stats, progress, merge_of=merge_of)  # deletions and nodes first
             if not self._merge_relations(session, projection, creates, stats, progress, commit):
                 self._set_marker(projection, generation, COMMITTED, session)  # nothing went last
 
@@ -486,6 +491,19 @@ class Neo4jStore:
             "deleted_nodes": stats.deleted_nodes, "deleted_relationships": stats.deleted_rels,
             "transactions": stats.transactions,
         }
+
+    @staticmethod
+    def _node_statements(label: str) -> tuple[str, str]:
+        """(MERGE, CREATE) of `label` nodes from list rows. MERGE, for node_ids the projection has:
+        `SET n = {...}` replaces all properties (no leftovers from an older shape of the node) and
+        removing the other allowlisted labels handles an entity whose kind changed. CREATE, for
+        node_ids it does not have: no lookup, no lock on an index entry, no label changes (a first
+        write's ~38k Django nodes: ~15% less server CPU than MERGE)."""
+        others = ":".join(lbl for lbl in ALLOWED_LABELS if lbl != label)
+        props = _props_map(CHUNK_FIELDS if label == "Chunk" else NODE_FIELDS, {"source_id": "$sid"})
+        return (_KEEP_PLAN + f"UNWIND $rows AS row MERGE (n:Entity {{node_id: row[0]}}) SET n = {props} "
+                f"REMOVE n:{others} SET n:{label}",
+                _KEEP_PLAN + f"UNWIND $rows AS row CREATE (n:Entity:{label} {props})")
 
     def _merge_relations(self, session, projection: str, creates: dict[tuple[str, bool], list[list]],
                          stats: "_WriteStats", progress: Callable[[str, int], None] | None,
@@ -504,15 +522,27 @@ class Neo4jStore:
         return self._execute(session, steps, stats, progress, last=commit)
 
     def _execute(self, session, steps: list[tuple[str, list, dict, tuple]], stats: "_WriteStats",
-                 progress: Callable[[str, int], None] | None, last: tuple[str, dict] | None = None) -> bool:
+                 progress: Callable[[str, int], None] | None, last: tuple[str, dict] | None = None,
+                 merge_of: dict[str, str] | None = None) -> bool:
         """Run the steps in packed transactions (see _pack), adding up what they did; `last` (a
-        statement) goes with the last transaction. Returns whether there was one to take it."""
+        statement) goes with the last transaction. Returns whether there was one to take it.
+        `merge_of`: node CREATE statements and their MERGE twins. A node_id the projection did not
+        have can still exist, owned by another source (or by none); its CREATE then fails the
+        node_id constraint, the transaction rolls back, and it runs again with the MERGEs, which
+        take the node over as the MERGE of every node did before."""
         txs = self._pack(steps)
         for i, tx_steps in enumerate(txs):
             statements = [(q, {**params, "rows": rows}) for q, rows, params, _ in tx_steps]
             if last is not None and i == len(txs) - 1:
                 statements.append(last)
-            counters = self._run_batch(session, statements)
+            try:
+                counters = self._run_batch(session, statements)
+            except ClientError as exc:
+                if (exc.code != "Neo.ClientError.Schema.ConstraintValidationFailed"
+                        or not merge_of or not any(q in merge_of for q, _ in statements)):
+                    raise
+                statements = [(merge_of.get(q, q), params) for q, params in statements]
+                counters = self._run_batch(session, statements)
             fault_point("neo4j:after_batch")  # this transaction has committed, the later ones have not
             stats.transactions += 1
             for (_, rows, _, tag), c in zip(tx_steps, counters):
