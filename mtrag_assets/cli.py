@@ -152,6 +152,16 @@ def cmd_status(args) -> int:
     return 0 if result.get("generation") is not None else 1
 
 
+def cmd_watch(args) -> int:
+    """The fast lane (mtrag_assets/watch.py): watch the folder sources and publish each change."""
+    settings = _settings()
+    specs = _load_specs(settings)
+    from mtrag_resources.stores.neo4j_server import launch_local_server
+    launch_local_server(settings)
+    from mtrag_assets.watch import run_watch
+    return run_watch(settings, specs, only=args.source, log=lambda line: print(line, flush=True))
+
+
 def cmd_serve(args) -> int:
     from mtrag_resources.serving.http import serve
     reader = _reader()
@@ -229,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-quality-drop", action="store_true",
                    help="publish even if the golden-query gate refuses the generation (recorded in the manifest)")
     p.set_defaults(func=cmd_build)
+
+    p = command("watch", "watch the folder sources and publish each change (the fast lane)",
+                "One long-lived process: loads the embedder and stores once, watches the folder sources' "
+                "files, and applies each batch of changes (debounced) through the same stages and gate as "
+                "`build`, printing one line per publish. It first converges what changed while it was not "
+                "running. SIGINT / SIGTERM stop it between batches.")
+    p.add_argument("--source", action="append", metavar="ID",
+                   help="watch only this folder source id (repeatable; default: every folder source)")
+    p.set_defaults(func=cmd_watch)
 
     p = command("query", "query the published generation",
                 "Hybrid retrieval over the published generation: ranked hits, the doc-to-code bridge, "

@@ -1,0 +1,156 @@
+"""`mtrag watch`: the fast lane. One long-lived process keeps the imports, the loaded embedders
+and the Dagster instance, watches the folder sources' files (watchfiles: inotify, batched with a
+debounce so an editor's save or a `git checkout` is one batch) and applies each batch through the
+same path as `mtrag build`: the same stage functions on the changed files only (every stage reuses
+what did not change), the same gate, one publish. Each publish is an in-process Dagster run of the
+same jobs with the tag `mtrag/plane=watch`, so the UI shows the same materializations, data
+versions, code versions and check results as a batch build; only the tag tells them apart.
+
+The journal (`journal.jsonl` beside the manifests) records each applied batch: the files and
+their digests, the sources, the generation published. Nothing else is needed to converge after a
+crash: a batch killed between stores leaves its sources' markers at `begin` (or its files newer
+than the published snapshot), and the first thing a (re)started watch does is the ordinary
+convergence build. SIGINT and SIGTERM stop it between batches."""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+from mtrag_resources.core.config import Settings
+from mtrag_resources.core.layout import spec_root
+from mtrag_resources.ingest.globs import matches_any
+from mtrag_resources.ingest.snapshot import load_inventory
+from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
+from mtrag_resources.publish.build_state import changed_sources, publish_pending
+from mtrag_resources.publish.manifest import load_current
+from mtrag_resources.core.layout import SourceLayout
+
+DEBOUNCE_MS = 200
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def journal_path(settings: Settings) -> Path:
+    return settings.manifest_dir / "journal.jsonl"
+
+
+def _owner(specs: list[SourceSpec], roots: dict[str, Path], path: Path) -> list[str]:
+    """The sources whose include/exclude globs take `path` (a folder source's file)."""
+    out = []
+    for spec in specs:
+        root = roots[spec.id]
+        try:
+            rel = path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if (not spec.include or matches_any(rel, spec.include)) and not matches_any(rel, spec.exclude):
+            out.append(spec.id)
+    return out
+
+
+def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: dict[str, Path],
+             generation, seconds: float) -> None:
+    files = []
+    for sid in sources:
+        inventory = load_inventory(SourceLayout(settings, sid))
+        digests = {f.path: f.sha256 for f in inventory.files} if inventory else {}
+        for p in sorted(paths):
+            try:
+                rel = p.resolve().relative_to(roots[sid]).as_posix()
+            except ValueError:
+                continue
+            files.append({"source": sid, "file": rel, "sha256": digests.get(rel)})  # None: deleted
+    path = journal_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:  # one line per batch: appends stay whole
+        fh.write(json.dumps({"at": time.time(), "generation": generation, "sources": sources,
+                             "files": files, "seconds": round(seconds, 3)}) + "\n")
+
+
+def _embedded(settings: Settings, runs: dict) -> int:
+    """Chunks embedded by the batch's runs (their embedding_cache materializations)."""
+    import dagster as dg
+    from mtrag_assets.runner import dagster_instance
+    instance = dagster_instance(settings)
+    total = 0
+    for run_id in set(runs.values()):
+        for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+            mat = record.asset_materialization
+            if mat is not None and mat.asset_key.path[-1] == "embedding_cache":
+                total += int(getattr(mat.metadata.get("embedded"), "value", 0) or 0)
+    return total
+
+
+def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None, log=print,
+              stop: threading.Event | None = None, debounce_ms: int = DEBOUNCE_MS) -> int:
+    import watchfiles
+
+    from mtrag_assets.runner import run_build
+
+    if only:
+        unknown = sorted(set(only) - {s.id for s in specs})
+        if unknown:
+            raise SourceConfigError(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
+    watched = [s for s in specs if (not only or s.id in only) and s.path]
+    if not watched:
+        raise SourceConfigError("nothing to watch: `mtrag watch` follows folder sources (`path:`); "
+                                f"these are pinned sdists: {[s.id for s in specs if s.pip_sdist]}")
+    roots = {s.id: spec_root(settings, s).resolve() for s in watched}
+    stop = stop or threading.Event()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: stop.set())
+
+    def apply(paths: set[Path], why: str) -> None:
+        # A batch runs in a thread of its own: SIGINT / SIGTERM then only set `stop` (the main
+        # thread's handler) and the batch is published before the loop ends. Dagster turns a
+        # signal into a failed run only on the main thread.
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                _apply(paths, why)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=work, name="mtrag-watch-batch")
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)
+        if failure:
+            raise failure[0]
+
+    def _apply(paths: set[Path], why: str) -> None:
+        t0 = time.perf_counter()
+        targets, removed = changed_sources(settings, specs, None)
+        targets = [t for t in targets if t in roots] if paths else targets
+        if not targets and (paths or not (removed or publish_pending(settings))):
+            return
+        summary = run_build(settings, specs, only=targets or None, log=lambda line: None,
+                            extra_tags={"mtrag/plane": "watch"})
+        seconds = time.perf_counter() - t0
+        generation = (load_current(settings.manifest_dir) or {}).get("generation")
+        embedded = _embedded(settings, summary["runs"])
+        _journal(settings, summary["built"], paths, roots, generation, seconds)
+        log(f"published generation {generation} ({why}): sources {', '.join(summary['built']) or '-'}, "
+            f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
+
+    # Converge first: what changed while no watch ran, or what a killed batch left half-applied.
+    apply(set(), "start")
+    armed = False
+    # An empty batch every second (yield_on_timeout): the first one says the watcher is armed,
+    # so a change saved before that is caught by one more convergence pass, not lost.
+    for changes in watchfiles.watch(*roots.values(), debounce=debounce_ms, step=50, stop_event=stop,
+                                    rust_timeout=1000, yield_on_timeout=True, raise_interrupt=False):
+        if stop.is_set():
+            break
+        if not armed:
+            armed = True
+            apply(set(), "start")
+            log(f"watching {', '.join(f'{sid} ({root})' for sid, root in roots.items())}; Ctrl-C stops")
+        paths = {Path(p) for _, p in changes}
+        if any(_owner(watched, roots, p) for p in paths):
+            apply(paths, "change")
+    log("stopped")
+    return 0

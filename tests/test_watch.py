@@ -1,0 +1,161 @@
+"""`mtrag watch` as a real process on a temp source: edits, a new file, a rename and a delete
+become visible to queries from other processes (bounded waits); a kill -9 in the middle of a
+batch leaves the published generation serving, and a restarted watch converges; the Dagster
+instance records the fast lane's runs with their tag."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.neo4j, pytest.mark.slow,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify, SIGKILL")]
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "mtrag_assets.cli"]
+VISIBLE_S = 180  # only so that a stuck watch fails instead of hanging
+
+
+class Watch:
+    """A `mtrag watch` process whose output lines arrive on a queue."""
+
+    def __init__(self, env: dict) -> None:
+        self.proc = subprocess.Popen([*CLI, "watch"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, text: str, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(f"watch exited ({self.proc.wait()}) before {text!r}:\n" + "\n".join(seen[-30:]))
+            seen.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"no {text!r} within {timeout} s:\n" + "\n".join(seen[-30:]))
+
+    def output(self) -> str:
+        lines = []
+        while not self.lines.empty():
+            line = self.lines.get()
+            if line is not None:
+                lines.append(line)
+        return "\n".join(lines[-30:])
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+def query(symbol: str) -> dict:
+    out = subprocess.run([*CLI, "query", "--json", "--mode", "exact", symbol], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def until(what: str, check, watch: Watch) -> float:
+    """Poll `check()` (a query from another process) until true; the seconds it took."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < VISIBLE_S:
+        if check():
+            return time.monotonic() - t0
+        assert watch.proc.poll() is None, f"{what}: watch exited ({watch.proc.returncode}):\n{watch.output()}"
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not visible within {VISIBLE_S} s; watch said:\n{watch.output()}")
+
+
+def files_of(symbol: str) -> set[str]:
+    return {h["file_path"] for h in query(symbol)["hits"] if h["symbol"] == symbol}
+
+
+def generation() -> int:
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.publish.manifest import load_current
+    return load_current(Settings.from_env().manifest_dir)["generation"]
+
+
+def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtrag_env):
+    pkg = mtrag_env["pkg"]
+    env = dict(os.environ)
+    env.pop("MTRAG_FAULT", None)
+    watch = Watch(env)
+    try:
+        watch.wait_for("published generation 1 (start)")
+        watch.wait_for("watching")
+        # an edit: a new function appended to a file
+        tax = pkg / "tax.py"
+        tax.write_text(tax.read_text() + '\n\ndef watch_added(x):\n    """Added while watched."""\n    return x\n')
+        until("the appended function", lambda: files_of("shopcart.tax.watch_added") == {"src/shopcart/tax.py"}, watch)
+        line = watch.wait_for("published generation")
+        assert "sources shop" in line and "chunks embedded" in line, line
+        # a new file, then the same file renamed, then deleted
+        (pkg / "fresh.py").write_text('def fresh_helper():\n    """A fresh helper."""\n    return 1\n')
+        until("the new file", lambda: files_of("shopcart.fresh.fresh_helper") == {"src/shopcart/fresh.py"}, watch)
+        (pkg / "fresh.py").rename(pkg / "moved.py")
+        until("the renamed file", lambda: files_of("shopcart.moved.fresh_helper") == {"src/shopcart/moved.py"}
+              and not files_of("shopcart.fresh.fresh_helper"), watch)
+        (pkg / "moved.py").unlink()
+        until("the deleted file", lambda: not files_of("shopcart.moved.fresh_helper"), watch)
+        assert watch.stop() == 0, watch.output()  # SIGTERM between batches: a clean exit
+    finally:
+        watch.stop()
+    published = generation()
+    from mtrag_resources.core.config import Settings
+    journal = [json.loads(line) for line in (Settings.from_env().manifest_dir / "journal.jsonl").read_text().splitlines()]
+    assert {f["file"] for entry in journal for f in entry["files"]} >= {"src/shopcart/tax.py", "src/shopcart/moved.py"}
+    assert journal[-1]["generation"] == published
+
+    # kill -9 in the middle of a batch: the watch dies after Qdrant's `begin` marker
+    killed = Watch({**env, "MTRAG_FAULT": "qdrant:after_begin"})
+    try:
+        killed.wait_for("watching")
+        tax.write_text(tax.read_text() + '\n\ndef watch_after_kill(x):\n    return x\n')
+        assert killed.proc.wait(timeout=300) == -signal.SIGKILL
+    finally:
+        killed.stop()
+    assert generation() == published  # the last generation stays current
+    assert not files_of("shopcart.tax.watch_after_kill")
+    restarted = Watch(env)
+    try:
+        restarted.wait_for("(start)")  # converges what the killed batch left
+        until("the change of the killed batch", lambda: files_of("shopcart.tax.watch_after_kill"), restarted)
+        status = subprocess.run([*CLI, "status", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert json.loads(status.stdout)["stale"] == []
+    finally:
+        assert restarted.stop() == 0
+
+    import dagster as dg
+    instance = dg.DagsterInstance.get()
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={"mtrag/plane": "watch"}))
+    assert any(r.status == dg.DagsterRunStatus.SUCCESS and r.tags.get("mtrag/publish") == "true" for r in runs)
+    # the killed batch's run was released (failed) by the restarted watch, not left "started"
+    assert not [r.run_id for r in runs if r.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING)]
+    assert any(r.status == dg.DagsterRunStatus.FAILURE for r in runs)
+    mats = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("qdrant_collection"),
+                                                                  asset_partitions=["shop"]), limit=1).records
+    assert mats[0].run_id in {r.run_id for r in runs}  # the latest materialization came from the fast lane
