@@ -164,16 +164,18 @@ def cmd_watch(args) -> int:
 
 def cmd_serve(args) -> int:
     from mtrag_resources.serving.http import serve
-    reader = _reader()
-    reader.watch_current()  # a new generation opens beside the served one; no query waits for it
-    serve(reader, host=args.host, port=args.port, api_key=_settings().api_key)
+    # A server may start before the first build: it creates nothing and answers "nothing
+    # published" until CURRENT appears; then a new generation opens beside the served one.
+    reader = _reader(Settings.from_env())
+    reader.watch_current()
+    serve(reader, host=args.host, port=args.port, api_key=Settings.from_env().api_key)
     return 0
 
 
 def cmd_mcp(args) -> int:
     """MCP over stdio (tools search, paths, status); imports no Dagster (serving/mcp.py)."""
     from mtrag_resources.serving.mcp import serve_stdio
-    reader = _reader()
+    reader = _reader(Settings.from_env())  # creates nothing in the home, as `serve`
     reader.watch_current()
     serve_stdio(reader)
     return 0

@@ -114,6 +114,25 @@ def test_an_empty_home_is_reported_the_same_and_stays_empty(tmp_path):
 
 
 @pytest.mark.unit
+def test_servers_on_a_home_without_a_generation_create_nothing(tmp_path):
+    """`mtrag mcp` (stdio: it ends at EOF) and `mtrag serve` (stopped by a signal) on a home that
+    does not exist yet: they start, and the home stays absent."""
+    home = tmp_path / "not-yet"
+    env = {**os.environ, "MTRAG_HOME": str(home)}
+    env.pop("MTRAG_SOURCES", None)
+    done = subprocess.run([MTRAG, "mcp"], input="", env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    server = subprocess.Popen([MTRAG, "serve", "--port", "0"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "mtrag serving on" in server.stdout.readline()
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert not home.exists()
+
+
+@pytest.mark.unit
 def test_an_unexpected_error_is_one_line_unless_debug(tmp_path):
     """A home whose CURRENT names a manifest that is gone: not a refusal mtrag foresaw."""
     home = tmp_path / "broken"
