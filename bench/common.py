@@ -63,3 +63,17 @@ def wipe_work(work: Path) -> None:
     if (work / "home").is_dir():
         Neo4jServer(Settings(home=work / "home")).stop()
     shutil.rmtree(work, ignore_errors=True)
+
+
+def folder_bytes(path: Path) -> tuple[int, int]:
+    """(apparent, allocated) bytes of the files under `path` (Edge's sparse files differ a lot)."""
+    apparent = allocated = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.stat(os.path.join(root, f))
+            except OSError:
+                continue
+            apparent += st.st_size
+            allocated += st.st_blocks * 512
+    return apparent, allocated

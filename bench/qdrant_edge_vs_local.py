@@ -34,6 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import folder_bytes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 COLLECTION = "mtrag_code"
@@ -60,16 +63,7 @@ def folder_apparent_mb(path: Path) -> float:
 
 
 def _folder_bytes(path: Path) -> tuple[int, int]:
-    apparent = allocated = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                st = os.stat(os.path.join(root, f))
-            except OSError:
-                continue
-            apparent += st.st_size
-            allocated += st.st_blocks * 512
-    return apparent, allocated
+    return folder_bytes(path)
 
 
 def make_data(n: int, dim: int, n_queries: int, seed: int):

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "mtrag_assets.cli"]
 TAX_DOC = '"""Apply the regional tax to an amount and round to cents."""'
-TMPFS_SIZE = "512m"  # Edge allocates its mapped files on a tmpfs: ~17 MB a collection, ~40 MB a reader
+TMPFS_SIZE = "1g"  # Edge allocates its mapped files on a tmpfs: ~17 MB a collection, ~75 MB a reader
 
 
 @dataclass
@@ -318,6 +318,22 @@ def _fill(path: Path) -> int:
     return written
 
 
+def _filler(world: World) -> Path:
+    return world.home.parent / "filler"
+
+
+def _build_with_the_disk_filled_at(world: World, point: str) -> tuple[int, str, str]:
+    """`mtrag build --source shop` frozen at fault `point`, the disk filled meanwhile, then let go:
+    (exit code, stdout, stderr). The caller removes `_filler(world)`."""
+    proc = start_cli("build", "--source", "shop", fault=point, stop=True)
+    try:
+        wait_stopped(proc)
+        assert _fill(_filler(world)) > 0
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    return finish(proc)
+
+
 @pytest.mark.integration
 @pytest.mark.neo4j
 @pytest.mark.slow
@@ -327,19 +343,13 @@ def test_disk_full_in_the_middle_of_a_build(world):
     n = world.generation()
     before = world.current()
     world.edit_tax("diskfullx")
-    filler = world.home.parent / "filler"
+    filler = _filler(world)
     # A reader that logs bridge proposals, open before the disk fills (a reader opening on a full
     # disk is refused: Edge maps the files of its private folder).
     logging_reader = IndexReader(home=str(world.home), log_proposals=True)
     assert logging_reader.status()["generation"] == n
-    proc = start_cli("build", "--source", "shop", fault="fts:after_begin", stop=True)
     try:
-        wait_stopped(proc)
-        assert _fill(filler) > 0
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-    try:
-        rc, out, err = finish(proc)
+        rc, out, err = _build_with_the_disk_filled_at(world, "fts:after_begin")
         assert rc != 0
         assert "disk is full" in err or "No space left on device" in err, err[-3000:]
         assert world.current() == before
@@ -356,7 +366,7 @@ def test_disk_full_in_the_middle_of_a_build(world):
         assert late.returncode == 1 and "the disk is full" in late.stderr and "Traceback" not in late.stderr, late.stderr
     finally:
         logging_reader.close()
-        filler.unlink()
+        filler.unlink(missing_ok=True)
     # The next test's first build is the one that converges from here, with no cleanup.
 
 
@@ -372,21 +382,14 @@ def test_disk_full_during_a_vector_write(world):
     n = world.generation()
     before = world.current()
     world.edit_tax("vectordiskx")
-    filler = world.home.parent / "filler"
-    proc = start_cli("build", "--source", "shop", fault="qdrant:after_begin", stop=True)
     try:
-        wait_stopped(proc)
-        assert _fill(filler) > 0
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-    try:
-        rc, out, err = finish(proc)
+        rc, out, err = _build_with_the_disk_filled_at(world, "qdrant:after_begin")
         assert rc > 0, (rc, err[-3000:])  # an exit code, not a signal (SIGBUS is -7)
         assert "the disk is full" in err, err[-3000:]
         assert world.current() == before
         assert_serves_published(world, n, ["vectordiskx"])
     finally:
-        filler.unlink()
+        _filler(world).unlink(missing_ok=True)
     # The next test's first build is the one that converges from here, with no cleanup.
 
 
