@@ -378,7 +378,7 @@ def concurrency_tests(root: Path, edge: EdgeEngine, local: LocalEngine, data, ar
     out["edge_copy_s"] = time.perf_counter() - t0
     out["edge_copy_mb"] = {"source_allocated": folder_mb(edge.path),
                            "copy_allocated": folder_mb(copy), "apparent": folder_apparent_mb(copy),
-                           "how": "shutil.copytree (as mtrag's reader and copy_local_snapshot)"}
+                           "how": "shutil.copytree (as mtrag's publish and reader copied before hard links)"}
     out["edge_copy_open_while_writer_holds_source"] = child_open("edge", copy)
     # 2b. two reader processes on the one copy
     first, proc = child_open("edge", copy, hold=4.0, wait=False)

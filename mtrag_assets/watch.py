@@ -36,18 +36,22 @@ def journal_path(settings: Settings) -> Path:
     return settings.manifest_dir / "journal.jsonl"
 
 
-def _owner(specs: list[SourceSpec], roots: dict[str, Path], path: Path) -> list[str]:
-    """The sources whose include/exclude globs take `path` (a folder source's file)."""
-    out = []
+def _relative(path: Path, root: Path) -> str | None:
+    """`path` relative to a source root, or None outside it."""
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def _taken(specs: list[SourceSpec], roots: dict[str, Path], path: Path) -> bool:
+    """Do a watched source's include/exclude globs take `path`?"""
     for spec in specs:
-        root = roots[spec.id]
-        try:
-            rel = path.resolve().relative_to(root).as_posix()
-        except ValueError:
-            continue
-        if (not spec.include or matches_any(rel, spec.include)) and not matches_any(rel, spec.exclude):
-            out.append(spec.id)
-    return out
+        rel = _relative(path, roots[spec.id])
+        if rel is not None and (not spec.include or matches_any(rel, spec.include)) \
+                and not matches_any(rel, spec.exclude):
+            return True
+    return False
 
 
 def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: dict[str, Path],
@@ -56,11 +60,7 @@ def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: di
     for sid in sources:
         inventory = load_inventory(SourceLayout(settings, sid))
         digests = {f.path: f.sha256 for f in inventory.files} if inventory else {}
-        for p in sorted(paths):
-            try:
-                rel = p.resolve().relative_to(roots[sid]).as_posix()
-            except ValueError:
-                continue
+        for rel in filter(None, (_relative(p, roots[sid]) for p in sorted(paths))):
             files.append({"source": sid, "file": rel, "sha256": digests.get(rel)})  # None: deleted
     path = journal_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,7 +150,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             apply(set(), "start")
             log(f"watching {', '.join(f'{sid} ({root})' for sid, root in roots.items())}; Ctrl-C stops")
         paths = {Path(p) for _, p in changes}
-        if any(_owner(watched, roots, p) for p in paths):
+        if any(_taken(watched, roots, p) for p in paths):
             apply(paths, "change")
     log("stopped")
     return 0

@@ -318,6 +318,11 @@ def _fill(path: Path) -> int:
     return written
 
 
+def _needs_a_small_disk(world: World) -> None:
+    if not world.tmpfs:
+        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); no small filesystem to fill")
+
+
 def _filler(world: World) -> Path:
     return world.home.parent / "filler"
 
@@ -338,8 +343,7 @@ def _build_with_the_disk_filled_at(world: World, point: str) -> tuple[int, str, 
 @pytest.mark.neo4j
 @pytest.mark.slow
 def test_disk_full_in_the_middle_of_a_build(world):
-    if not world.tmpfs:
-        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); no small filesystem to fill")
+    _needs_a_small_disk(world)
     n = world.generation()
     before = world.current()
     world.edit_tax("diskfullx")
@@ -377,8 +381,7 @@ def test_disk_full_during_a_vector_write(world):
     """Embedded Qdrant (Edge) maps its files into memory: a write to a mapped page the disk has no
     room for would kill the build with SIGBUS. The store refuses the write first, with a clean
     error, and the published generation is still served."""
-    if not world.tmpfs:
-        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); no small filesystem to fill")
+    _needs_a_small_disk(world)
     n = world.generation()
     before = world.current()
     world.edit_tax("vectordiskx")

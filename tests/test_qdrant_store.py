@@ -14,7 +14,7 @@ import pytest
 from mtrag_resources.core.models import stable_id
 from mtrag_resources.stores.qdrant_store import CollectionDimMismatch, QdrantStore, collection_name, point_id
 from mtrag_resources.stores.qdrant_folder import (DISK_RESERVE_ENV, ENGINE_ENV, ENGINES, QdrantDiskFull, QdrantEngineMismatch,
-                                                  QdrantStoreLocked, copy_local_snapshot, folder_engine, link_for_reader)
+                                                  QdrantStoreLocked, folder_engine, link_for_reader, publish_version)
 
 pytestmark = pytest.mark.unit  # embedded Qdrant folders in tmp_path: no service, no model
 
@@ -262,7 +262,7 @@ def test_lock_timeout_names_the_folder(tmp_path: Path, engine: str) -> None:
         assert s.count("code", "holder") == 1 and s.marker("holder").committed
 
 
-def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path, engine: str) -> None:
+def test_publish_version_publishes_a_readable_copy(tmp_path: Path, engine: str) -> None:
     live = tmp_path / "live"
     published = tmp_path / "pub" / "qdrant"
     with QdrantStore(path=live) as s:
@@ -271,8 +271,8 @@ def test_copy_local_snapshot_publishes_a_readable_copy(tmp_path: Path, engine: s
         s.write_source("src-a", "code", "g2", make_points("src-a", 7))  # keeps writing
         with QdrantStore(path=published, lock_timeout=1) as reader:
             assert reader.count("code", "src-a") == 5 and reader.marker("src-a").generation == "g1"
-    copy_local_snapshot(live, published)  # takes the live lock itself
-    copy_local_snapshot(live, published)
+    publish_version(live, published)  # takes the live lock itself
+    publish_version(live, published)
     with QdrantStore(path=published, lock_timeout=1) as reader:
         assert reader.count("code", "src-a") == 7 and reader.marker("src-a").generation == "g2"
     assert published.is_symlink()

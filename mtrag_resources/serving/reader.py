@@ -70,6 +70,11 @@ MIN_TOP_COSINE = {"default": 0.30, "multilingual": 0.855}
 GRAPH_MOVED = {"source": "*", "store": "neo4j", "reason": "a graph write began during the query; graph results left out"}
 
 
+def _unreachable(exc: Exception) -> str:
+    """Why the graph channel is stale when Neo4j cannot be asked."""
+    return f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
+
+
 class EmbedderMismatch(MtragError, RuntimeError):
     """The query embedder is not the one the published generation was embedded with."""
 
@@ -219,7 +224,7 @@ class ReaderCore:
             if store is not None:
                 with contextlib.suppress(Exception):
                     store.close()
-            self._neo4j_error = f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
+            self._neo4j_error = _unreachable(exc)
             return None
 
     def _neo4j_lost(self, exc: Exception) -> None:
@@ -229,7 +234,7 @@ class ReaderCore:
             with contextlib.suppress(Exception):  # closing is best effort
                 self._neo4j.close()
         self._neo4j = None
-        self._neo4j_error = f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
+        self._neo4j_error = _unreachable(exc)
 
     def _take_stores(self) -> tuple:
         stores = (self._qdrant, self._qdrant_copy, self._fts, self._neo4j)

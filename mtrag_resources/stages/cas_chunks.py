@@ -84,7 +84,7 @@ def load_parsed_files(layout: SourceLayout) -> list[tuple[str, ParsedFile]]:
     return out
 
 
-def _chunk_rows(parsed: ParsedFile, spec: SourceSpec, inventory, cas: ContentStore) -> list[dict]:
+def _chunk_rows(parsed: ParsedFile, spec: SourceSpec, cas: ContentStore) -> list[dict]:
     rows = []
     for chunk in parsed.chunks:
         cas.put_text(chunk.text)
@@ -137,7 +137,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             write_bytes_atomic(_facts_file(layout, key), gzip.compress(json.dumps(facts).encode(), 3))
             index[entry.path] = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
                                  "key": key, "warnings": parsed.warnings}
-            new_rows.extend(_chunk_rows(parsed, spec, inventory, cas))
+            new_rows.extend(_chunk_rows(parsed, spec, cas))
         table = _assemble(_kept_rows(layout, kept), new_rows, spec, inventory)
         rows = table.to_pylist()
         _check_unique_ids(spec.id, rows)

@@ -256,14 +256,28 @@ def ensure_free_disk(folder: Path | str, needed: int, what: str) -> None:
             "some space and build again: the published generation is still served")
 
 
+def _walk(root: Path) -> Iterable[tuple[str, list[str], list[str]]]:
+    """os.walk of what a published version holds: no Edge WAL (a flushed shard holds every point
+    in its segments; a reader's open creates an empty WAL of its own)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        if "wal" in dirnames and (Path(dirpath) / "edge_config.json").is_file():
+            dirnames.remove("wal")
+        yield dirpath, dirnames, filenames
+
+
+def _make_folders(src: Path, dst: Path) -> None:
+    """`src`'s folders under `dst`, empty ones too (an Edge shard's temp_segments is part of its
+    layout)."""
+    for dirpath, dirnames, _ in _walk(src):
+        for d in dirnames:
+            (dst / Path(dirpath).relative_to(src) / d).mkdir(parents=True, exist_ok=True)
+
+
 def _walk_files(root: Path) -> Iterable[tuple[str, Path]]:
     """(relative path, path) of the files a published version holds: no lock, temp or -shm files,
-    and no Edge WAL (a flushed shard holds every point in its segments; a reader's open creates
-    an empty WAL of its own)."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    no Edge WAL."""
+    for dirpath, _, filenames in _walk(root):
         here = Path(dirpath)
-        if "wal" in dirnames and (here / "edge_config.json").is_file():
-            dirnames.remove("wal")
         ignored = _NOT_COPIED(dirpath, filenames)
         for name in sorted(filenames):
             if name not in ignored and name != FILES_INDEX:
@@ -304,6 +318,11 @@ def _reusable(src: Path, st: os.stat_result, rec: list | None, prev_file: Path, 
     return filecmp.cmp(src, prev_file, shallow=False)
 
 
+def _read_only_on_open(inside: str) -> bool:
+    """Is `inside` (a path within an immutable segment) one of the files an open only reads?"""
+    return any(fnmatch.fnmatchcase(inside, pat) for pat in _READ_ONLY_ON_OPEN)
+
+
 def _segment_of(rel: str) -> str | None:
     """`<collection>/segments/<id>` for a file inside an Edge segment, else None."""
     parts = rel.split("/")
@@ -323,8 +342,7 @@ def _edge_reusable(src: Path, rel: str, prev_file: Path, unchanged_segments: set
         return False
     if segment in unchanged_segments:
         return True
-    inside = rel[len(segment) + 1:]
-    return (any(fnmatch.fnmatchcase(inside, pat) for pat in _READ_ONLY_ON_OPEN)
+    return (_read_only_on_open(rel[len(segment) + 1:])
             and os.path.getsize(src) == os.path.getsize(prev_file) and filecmp.cmp(src, prev_file, shallow=False))
 
 
@@ -375,12 +393,7 @@ def _write_version(src: Path, tmp: Path, previous: Path | None) -> PublishStats:
             os.link(previous / rel, target)
             stats.files_linked += 1
             stats.bytes_linked += _allocated(target)
-    # empty folders (an Edge shard's temp_segments) are part of the layout
-    for dirpath, dirnames, _ in os.walk(src):
-        for d in dirnames:
-            rel = (Path(dirpath) / d).relative_to(src)
-            if rel.name != "wal" or not (Path(dirpath) / "edge_config.json").is_file():
-                (tmp / rel).mkdir(parents=True, exist_ok=True)
+    _make_folders(src, tmp)
     (tmp / FILES_INDEX).write_text(json.dumps({
         "scanned_ns": now_ns,
         "files": {rel: [st.st_size, st.st_mtime_ns, st.st_ino] for rel, _, st in fresh}}))
@@ -416,8 +429,7 @@ def link_for_reader(src: Path | str, dst: Path | str) -> None:
 
     def linkable(full: Path) -> bool:
         segment = next((seg for seg in shared if seg in full.parents), None)
-        return segment is not None and any(fnmatch.fnmatchcase(full.relative_to(segment).as_posix(), pat)
-                                           for pat in _READ_ONLY_ON_OPEN)
+        return segment is not None and _read_only_on_open(full.relative_to(segment).as_posix())
 
     plan = [(rel, full, linkable(full)) for rel, full in _walk_files(src)]
     # Edge may allocate the copied files in full when it maps them: room for their whole size,
@@ -431,9 +443,7 @@ def link_for_reader(src: Path | str, dst: Path | str) -> None:
             os.link(full, target)
         else:
             _copy_sparse(str(full), str(target))
-    for dirpath, dirnames, _ in os.walk(src):
-        for d in dirnames:
-            (dst / Path(dirpath).relative_to(src) / d).mkdir(parents=True, exist_ok=True)
+    _make_folders(src, dst)
 
 
 def published_version(dst: Path | str) -> Path | None:
@@ -496,9 +506,3 @@ def publish_version(src_path: Path | str, dst_path: Path | str, *, lock: bool = 
         if stale != tmp:
             shutil.rmtree(stale, ignore_errors=True)
     return stats
-
-
-def copy_local_snapshot(src_path: Path | str, dst_path: Path | str, **kwargs) -> Path:
-    """`publish_version`, returning the `dst` link."""
-    publish_version(src_path, dst_path, **kwargs)
-    return Path(dst_path).absolute()

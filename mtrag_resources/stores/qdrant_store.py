@@ -398,14 +398,13 @@ class QdrantStore:
         t0 = time.perf_counter()
         wanted = {kind: points, **(extra or {})}
         prepared = {k: self._prepare(source_id, kind, pts) for k, pts in wanted.items()}
-        self._resolve = resolve_vectors
 
         self._ensure_room(MARKERS_COLLECTION, [])
         self.begin(source_id, generation)
         fault_point("qdrant:after_begin")
         stats = {}
         for k, rows in prepared.items():
-            stats[k] = self._write_collection(k, source_id, rows, batch_size, skip_unchanged)
+            stats[k] = self._write_collection(k, source_id, rows, batch_size, skip_unchanged, resolve_vectors)
             fault_point(f"qdrant:after_collection:{k}")
         deleted = sum(st["deleted"] for st in stats.values())
         m = self._models
@@ -467,13 +466,14 @@ class QdrantStore:
             prepared.append([pid, vec, payload, key])
         return prepared
 
-    def _vectors(self, source_id: str, rows: list[list]) -> None:
+    @staticmethod
+    def _vectors(source_id: str, rows: list[list], resolve: Callable[[list[str]], dict] | None) -> None:
         """Fill in the vectors of `rows` given by key (only rows about to be written)."""
         keys = sorted({r[3] for r in rows if r[1] is None})
         if keys:
-            if self._resolve is None:
+            if resolve is None:
                 raise ValueError(f"points of source {source_id!r} name vector keys but no resolve_vectors was given")
-            found = self._resolve(keys)
+            found = resolve(keys)
             missing = [k for k in keys if k not in found]
             if missing:
                 raise ValueError(f"source {source_id!r}: no vector for {len(missing)} keys, e.g. {missing[0]!r}")
@@ -484,14 +484,14 @@ class QdrantStore:
         if len(dims) > 1:
             raise ValueError(f"points of source {source_id!r} have mixed dims {sorted(dims)}")
 
-    def _write_collection(self, kind: str, source_id: str, prepared: list[list],
-                          batch_size: int, skip_unchanged: bool) -> dict:
+    def _write_collection(self, kind: str, source_id: str, prepared: list[list], batch_size: int,
+                          skip_unchanged: bool, resolve: Callable[[list[str]], dict] | None) -> dict:
         """Upsert what changed, delete the source's points that are no longer wanted."""
         m = self._models
         name = collection_name(kind)
         existing = self._stored_digests(name, source_id) if self.collection_dim(kind) is not None else {}
         to_write = [r for r in prepared if not skip_unchanged or existing.get(r[0]) != r[2][DIGEST_FIELD]]
-        self._vectors(source_id, to_write)
+        self._vectors(source_id, to_write, resolve)
         if to_write:
             self.ensure_collection(kind, to_write[0][1].shape[0])
         has_collection = self.collection_dim(kind) is not None
