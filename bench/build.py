@@ -7,6 +7,9 @@
   append       one function with a docstring appended to flask/helpers.py
   insert       one function inserted in the middle of click/utils.py
   delete       one docs file removed (flask docs/signals.rst), checked gone from Qdrant, FTS and Neo4j
+  watch        `mtrag watch` and `mtrag serve` on the built home: 10 appends and 3 docs removals, each
+               timed from the save to its visibility in the server's answers (bench/watch_latency.py:
+               watch_append_s p50 and watch_append_p95_s, watch_delete_s)
   (nochange, append, insert and delete run three rounds each, a new function or file each time;
   the fastest round counts, every round's time is in *_rounds_s)
 
@@ -68,6 +71,9 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "texts": len(texts)}))
 EMBED_ROUNDS = 2
 EDIT_ROUNDS = 3
 DELETED_DOCS = ["docs/signals.rst", "docs/shell.rst", "docs/lifecycle.rst"]
+# The fast lane's removals (bench/watch_latency.py), after the batch rounds: other files.
+WATCH_DELETED_DOCS = ["docs/views.rst", "docs/gevent.rst", "docs/debugging.rst"]
+WATCH_EDITS = 10
 
 PREPARE_EMBEDDER = r'''
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
@@ -251,6 +257,13 @@ def main() -> None:
         values = [value for _, value in rounds[step]]
         # every round must embed exactly one chunk / delete everywhere, not just the fastest
         result[key] = all(values) if step == "delete" else max(values)
+
+    # The fast lane on the same home (issue #15): `mtrag watch` and `mtrag serve` beside it.
+    print("mtrag watch ...", flush=True)
+    from bench.watch_latency import measure as measure_watch
+    result.update(measure_watch(env, home, corpus, "flask/src/flask/helpers.py",
+                                [("flask-docs", f"flask/{d}", d) for d in WATCH_DELETED_DOCS], WATCH_EDITS))
+    run_measured([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env)  # the builds started it
     write_json(args.out, result)
 
 

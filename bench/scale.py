@@ -13,6 +13,8 @@ embedded defaults, each step its own process:
   http       `mtrag serve`, warm, sequential queries per mode: p50 / p95 ms; server RSS
   switch     a client queries the server without pause while `mtrag build` publishes a change:
              the slowest query around the switch, and the first query that saw the new generation
+  watch      `mtrag watch` beside `mtrag serve`: appends to django/utils/text.py and three docs
+             removals, each timed from the save to its visibility (bench/watch_latency.py)
 
 Usage: python bench/scale.py [--work bench/out/scale-work] [--out bench/out/scale.json] [--reuse]
 """
@@ -44,6 +46,7 @@ QUESTIONS = ["how does the ORM build a SQL join for a foreign key", "slugify a u
              "validate an email address in a form field", "how are database migrations applied",
              "lazy translation of a string", "cache a property on first access",
              "authenticate a user with a password", "render a template with a context"]
+WATCH_DELETED_FROM = "docs/howto"  # the fast lane removes the first three files still there
 SYMBOLS = ["slugify", "cached_property", "QuerySet.filter", "get_object_or_404", "reverse"]
 
 FUNC = '''
@@ -189,6 +192,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="keep --work's built home (skip the full build)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--http-queries", type=int, default=100)
+    ap.add_argument("--watch-edits", type=int, default=10)
     args = ap.parse_args()
     corpus, ctx = prepare(Path(args.work), args.reuse)
     env, home = ctx["env"], ctx["home"]
@@ -219,6 +223,12 @@ def main() -> None:
         result["serve_rss_after_switch_mb"] = peak_rss_mb(server.pid)
     finally:
         stop_server(server)
+    # The fast lane at django scale (issue #15: its targets hold on the 10x corpus too).
+    print("mtrag watch ...", flush=True)
+    from bench.watch_latency import measure as measure_watch
+    removals = sorted(p.relative_to(corpus).as_posix() for p in (corpus / WATCH_DELETED_FROM).glob("*.txt"))[:3]
+    result.update(measure_watch(env, home, corpus, APPEND_FILE, [("django-docs", d, d) for d in removals],
+                                args.watch_edits))
     run_measured([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env)
     write_json(args.out, result)
 

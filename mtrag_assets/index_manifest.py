@@ -9,7 +9,7 @@ from mtrag_resources.stages.index_manifest import PublishRefused, build_index_ma
 from mtrag_assets.cross_source_links import cross_source_links
 from mtrag_assets.fts_db import fts_db
 from mtrag_assets.metadata import frame_table, materialize_result
-from mtrag_assets.policies import DEFAULT_FRESHNESS, GROUP_PUBLISH
+from mtrag_assets.policies import BATCH_TAG, DEFAULT_FRESHNESS, GROUP_PUBLISH
 from mtrag_assets.qdrant_collection import qdrant_collection
 from mtrag_assets.resources import MtragResource
 
@@ -41,6 +41,11 @@ def golden_metadata(record: dict) -> dict:
             "golden_per_query": frame_table(golden_frame(record))}
 
 
+def _run_id(context) -> str:
+    """The run's id; a fast-lane batch (the asset invoked directly, no run) names its batch."""
+    return context.run_tags.get(BATCH_TAG) or context.run.run_id
+
+
 @dg.asset(
     deps=[qdrant_collection, fts_db, cross_source_links],
     code_version=CODE_VERSIONS["index_manifest"],
@@ -59,7 +64,7 @@ def index_manifest(context: dg.AssetExecutionContext, config: IndexManifestConfi
     query file exists (MTRAG_GOLDEN), the candidate's golden recall@k must hold too (its
     quality_gate); each generation's recall and per-query ranks are this asset's metadata."""
     try:
-        result = build_index_manifest(mtrag.settings(), mtrag.specs(), mtrag.embedder(), run_id=context.run.run_id,
+        result = build_index_manifest(mtrag.settings(), mtrag.specs(), mtrag.embedder(), run_id=_run_id(context),
                                       multilingual=mtrag.multilingual(), evaluate_golden=evaluate_candidate,
                                       accept_quality_drop=config.accept_quality_drop)
     except PublishRefused as exc:

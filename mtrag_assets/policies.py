@@ -8,3 +8,8 @@ DEFAULT_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=4
 GROUP_BUILD = "build"
 GROUP_STORES = "stores"
 GROUP_PUBLISH = "publish"
+
+# Tags every write of the fast lane (`mtrag watch`) carries: its plane, and the batch's id (the
+# manifest's run_id of a generation the fast lane published; such a batch has no Dagster run).
+PLANE_TAG = "mtrag/plane"
+BATCH_TAG = "mtrag/batch"

@@ -233,6 +233,33 @@ def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> di
     return {"added": added, "removed": removed}
 
 
+@contextmanager
+def build_session(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print):
+    """What every build holds while it writes, batch or fast lane: each target source's lock, one
+    embedded Qdrant open for all steps, the publish's dirty marker (removed when the block ends
+    without an error). Yields the targets plus the sources whose stores lag behind their files."""
+    with ExitStack() as stack:
+        for sid in targets:
+            stack.enter_context(source_lock(settings, sid))
+        # One embedded Qdrant open for the whole build instead of one per step and check.
+        stack.enter_context(shared_qdrant(settings))
+        publish_marker = mark_dirty(settings)
+        # Unchanged files but stores that lost the source (or a crashed writer): rebuild it too,
+        # so the publish gate passes without a manual --force.
+        lagging = lagging_sources(settings, [s for s in specs if s.id not in targets])
+        for sid, why in lagging.items():
+            log(f"source {sid}: {why}; rebuilding it ...")
+            stack.enter_context(source_lock(settings, sid))
+        targets = targets + list(lagging)
+        # A pinned sdist is fetched (or refused: a bad pin is one clear line) before any run starts.
+        by_id = {s.id: s for s in specs}
+        for sid in targets:
+            if by_id[sid].pip_sdist:
+                spec_root(settings, by_id[sid])
+        yield targets
+        publish_marker.unlink(missing_ok=True)
+
+
 def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None,
               force: bool = False, log=print, accept_quality_drop: bool = False,
               console_log_level: str = "WARNING", extra_tags: dict | None = None) -> dict:
@@ -257,25 +284,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         targets, removed = changed_sources(settings, specs, resources["mtrag"].embedder().fingerprint_id)
     runs = {}
     asset_steps = {key.path[-1] for a in ALL_ASSETS for key in a.keys}
-    with ExitStack() as stack:
-        for sid in targets:
-            stack.enter_context(source_lock(settings, sid))
-        # One embedded Qdrant open for the whole build instead of one per step and check.
-        stack.enter_context(shared_qdrant(settings))
-        publish_marker = mark_dirty(settings)
-        # Unchanged files but stores that lost the source (or a crashed writer): rebuild it too,
-        # so the publish gate passes without a manual --force.
-        lagging = lagging_sources(settings, [s for s in specs if s.id not in targets])
-        for sid, why in lagging.items():
-            log(f"source {sid}: {why}; rebuilding it ...")
-            stack.enter_context(source_lock(settings, sid))
-        targets = targets + list(lagging)
-        # A pinned sdist is fetched (or refused: a bad pin is one clear line) before any run starts.
-        by_id = {s.id: s for s in specs}
-        for sid in targets:
-            if by_id[sid].pip_sdist:
-                spec_root(settings, by_id[sid])
-
+    with build_session(settings, specs, targets, log) as targets:
         defs = cli_definitions(resources)
 
         def run(sid: str | None, publish: bool) -> str:
@@ -308,5 +317,4 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         else:
             log("resolving cross-source links and publishing the manifest ...")
             runs["__publish__"] = run(None, publish=True)
-        publish_marker.unlink(missing_ok=True)
     return {"built": targets, "removed": removed, "runs": runs}

@@ -13,7 +13,6 @@ than the published snapshot), and the first thing a (re)started watch does is th
 convergence build. SIGINT and SIGTERM stop it between batches."""
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -25,15 +24,14 @@ from mtrag_resources.ingest.globs import matches_any
 from mtrag_resources.ingest.snapshot import load_inventory
 from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 from mtrag_resources.publish.build_state import changed_sources, publish_pending
+from mtrag_resources.publish.journal import append_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import SourceLayout
 
+from mtrag_assets.policies import PLANE_TAG
+
 DEBOUNCE_MS = 200
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def journal_path(settings: Settings) -> Path:
-    return settings.manifest_dir / "journal.jsonl"
 
 
 def _relative(path: Path, root: Path) -> str | None:
@@ -55,18 +53,15 @@ def _taken(specs: list[SourceSpec], roots: dict[str, Path], path: Path) -> bool:
 
 
 def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: dict[str, Path],
-             generation, seconds: float) -> None:
+             generation, seconds: float, batch_id: str | None = None) -> None:
     files = []
     for sid in sources:
         inventory = load_inventory(SourceLayout(settings, sid))
         digests = {f.path: f.sha256 for f in inventory.files} if inventory else {}
         for rel in filter(None, (_relative(p, roots[sid]) for p in sorted(paths))):
             files.append({"source": sid, "file": rel, "sha256": digests.get(rel)})  # None: deleted
-    path = journal_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:  # one line per batch: appends stay whole
-        fh.write(json.dumps({"at": time.time(), "generation": generation, "sources": sources,
-                             "files": files, "seconds": round(seconds, 3)}) + "\n")
+    append_batch(settings, {"generation": generation, "batch": batch_id, "sources": sources, "files": files,
+                            "seconds": round(seconds, 3)})
 
 
 def _embedded(settings: Settings, runs: dict) -> int:
@@ -118,23 +113,54 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         worker.start()
         while worker.is_alive():
             worker.join(0.2)
-        if failure:
+        if failure and why == "start":
             raise failure[0]
+        if failure:  # a change's run failed (the UI shows it): keep watching; the next change retries
+            log(f"build failed ({type(failure[0]).__name__}: {' '.join(str(failure[0]).split())[:300]}); "
+                "still watching")
+
+    converge_next = {"pending": False}
 
     def _apply(paths: set[Path], why: str) -> None:
         t0 = time.perf_counter()
+        if paths and not converge_next["pending"]:
+            _fast(paths, why, t0)
+            return
         targets, removed = changed_sources(settings, specs, None)
         targets = [t for t in targets if t in roots] if paths else targets
         if not targets and (paths or not (removed or publish_pending(settings))):
+            converge_next["pending"] = False
             return
         summary = run_build(settings, specs, only=targets or None, log=lambda line: None,
-                            extra_tags={"mtrag/plane": "watch"})
+                            extra_tags={PLANE_TAG: "watch"})
+        converge_next["pending"] = False
         seconds = time.perf_counter() - t0
         generation = (load_current(settings.manifest_dir) or {}).get("generation")
         embedded = _embedded(settings, summary["runs"])
-        _journal(settings, summary["built"], paths, roots, generation, seconds)
+        _journal(settings, summary["built"], paths, roots, generation, seconds, summary["runs"].get("__publish__"))
         log(f"published generation {generation} ({why}): sources {', '.join(summary['built']) or '-'}, "
             f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
+
+    def _fast(paths: set[Path], why: str, t0: float) -> None:
+        """The changed files' sources through the fast lane (fast_lane.py): no run, lineage after."""
+        from mtrag_assets.fast_lane import record, run_batch
+        targets = [s.id for s in watched if any(_taken([s], roots, p) for p in paths)]
+        try:
+            batch = run_batch(settings, specs, targets, log=lambda line: None)
+        except Exception as exc:  # noqa: BLE001 - the next batch converges through a run
+            converge_next["pending"] = True
+            log(f"batch failed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
+                "the next change converges through a Dagster run")
+            return
+        seconds = time.perf_counter() - t0
+        generation = (load_current(settings.manifest_dir) or {}).get("generation")
+        embedded = sum(int(getattr(meta.get("embedded"), "value", 0) or 0) for meta in batch.metadata_of("embedding_cache"))
+        _journal(settings, batch.targets, paths, roots, generation, seconds, batch.batch_id)
+        log(f"published generation {generation} ({why}): sources {', '.join(batch.targets) or '-'}, "
+            f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
+        t1 = time.perf_counter()
+        events = record(settings, specs, batch)
+        log(f"recorded {events} asset events of batch {batch.batch_id} in {time.perf_counter() - t1:.2f} s")
 
     # Converge first: what changed while no watch ran, or what a killed batch left half-applied.
     apply(set(), "start")
@@ -152,5 +178,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         paths = {Path(p) for _, p in changes}
         if any(_taken(watched, roots, p) for p in paths):
             apply(paths, "change")
+        elif converge_next["pending"]:  # a failed fast batch: converge through a run, now
+            apply(set(), "retry")
     log("stopped")
     return 0

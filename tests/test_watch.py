@@ -1,7 +1,8 @@
 """`mtrag watch` as a real process on a temp source: edits, a new file, a rename and a delete
 become visible to queries from other processes (bounded waits); a kill -9 in the middle of a
 batch leaves the published generation serving, and a restarted watch converges; the Dagster
-instance records the fast lane's runs with their tag."""
+instance records the fast lane's batches (materializations and check evaluations, runless, with
+their tags, data and code versions) and its start-up run."""
 from __future__ import annotations
 
 import json
@@ -146,16 +147,38 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
         until("the change of the killed batch", lambda: files_of("shopcart.tax.watch_after_kill"), restarted)
         status = subprocess.run([*CLI, "status", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert json.loads(status.stdout)["stale"] == []
+        # `mtrag status` shows each store's cursor per source and the journal's last batch
+        shown = json.loads(status.stdout)
+        assert set(shown["sources"]["shop"]) >= {"qdrant", "fts", "neo4j"}
+        assert shown["fast_lane"]["generation"] == shown["generation"], shown.get("fast_lane")
     finally:
         assert restarted.stop() == 0
 
     import dagster as dg
     instance = dg.DagsterInstance.get()
+    # The start-up convergence is an ordinary in-process run, tagged with its plane.
     runs = instance.get_runs(filters=dg.RunsFilter(tags={"mtrag/plane": "watch"}))
     assert any(r.status == dg.DagsterRunStatus.SUCCESS and r.tags.get("mtrag/publish") == "true" for r in runs)
-    # the killed batch's run was released (failed) by the restarted watch, not left "started"
     assert not [r.run_id for r in runs if r.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING)]
-    assert any(r.status == dg.DagsterRunStatus.FAILURE for r in runs)
-    mats = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("qdrant_collection"),
-                                                                  asset_partitions=["shop"]), limit=1).records
-    assert mats[0].run_id in {r.run_id for r in runs}  # the latest materialization came from the fast lane
+    # A change is a fast-lane batch: no run, the same materializations recorded afterwards with
+    # the batch's tags, data version and code version; its check evaluations too.
+    from dagster._core.event_api import PartitionKeyFilter
+    from mtrag_resources.core.versions import CODE_VERSIONS
+    batches = set()
+    for asset in ("raw_source", "cas_chunks", "qdrant_collection", "fts_db", "neo4j_graph"):
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset),
+                                                                        asset_partitions=["shop"]), limit=20).records
+        fast = [r for r in records if (r.asset_materialization.tags or {}).get("mtrag/plane") == "watch"
+                and not r.run_id]
+        assert fast, f"{asset}: no fast-lane materialization among {[r.run_id for r in records]}"
+        tags = fast[0].asset_materialization.tags
+        assert tags["dagster/code_version"] == CODE_VERSIONS[asset]
+        assert tags["dagster/data_version"]
+        assert fast[0].asset_materialization.metadata  # the batch plane's metadata keys
+        batches.add(tags["mtrag/batch"])
+    manifests = instance.fetch_materializations(dg.AssetKey("index_manifest"), limit=50).records
+    assert any((r.asset_materialization.tags or {}).get("mtrag/batch") in batches for r in manifests)
+    check = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey("qdrant_collection"), "qdrant_marker_committed"), limit=20,
+        partition_filter=PartitionKeyFilter(key="shop"))
+    assert any(e.run_id in batches and e.status.value == "SUCCEEDED" for e in check), [(e.run_id, e.status) for e in check]

@@ -133,7 +133,8 @@ SCHEMAS: dict[str, dict] = {
                     "sources": {"type": "object", "additionalProperties": {
                         "type": "object", "additionalProperties": _ref("StoreState")}},
                     "stale": _array(_ref("Stale")),
-                    "quality": {"type": "object"}, "quality_refused": {"type": "object"}},
+                    "quality": {"type": "object"}, "quality_refused": {"type": "object"},
+                    "fast_lane": {"type": "object", "description": "the last batch `mtrag watch` applied"}},
                    ["generation", "sources", "stale"], "The JSON of `mtrag status --json`."),
 }
 

@@ -34,6 +34,7 @@ from mtrag_resources.core.scripts import is_cjk_query
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings, env
+from mtrag_resources.publish.journal import batch_summary, last_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant
@@ -337,6 +338,9 @@ class ReaderCore:
         if quality:  # the published generation's golden figures (publish/golden.py)
             out["quality"] = {k: quality.get(k) for k in ("recall", "recalled", "queries", "baseline",
                                                            "accepted_drop")}
+        fast_lane = batch_summary(last_batch(self.settings))
+        if fast_lane:  # the last batch `mtrag watch` applied (publish/journal.py)
+            out["fast_lane"] = fast_lane
         refusal = load_refusal(self.settings.quality_refusal)
         if refusal and refusal.get("published_generation") == state.generation:
             out["quality_refused"] = refusal  # the last candidate the golden gate refused, until a publish

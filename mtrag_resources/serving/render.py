@@ -88,5 +88,9 @@ def render_status(result: dict) -> str:
         out.append(f"  STALE {s['source']}/{s['store']}: {s['reason']}")
     if not result["stale"]:
         out.append("  every store matches the manifest")
+    fast = result.get("fast_lane")
+    if fast:
+        out.append(f"  last watch batch: generation {fast.get('generation')}, sources {', '.join(fast.get('sources') or []) or '-'}, "
+                   f"files {fast.get('files')} ({fast.get('deleted')} deleted), {fast.get('seconds')} s")
     out.extend(_quality_lines(result))
     return "\n".join(out)

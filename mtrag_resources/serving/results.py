@@ -341,9 +341,10 @@ class Status(_Result):
 
     `generation` (None: nothing published), `sources` (source id -> store -> `StoreState`),
     `stale` (`Stale`), `quality` (the generation's golden-query figures: `recall`, `recalled`,
-    `queries`, `baseline`, `accepted_drop`; None and absent from the JSON without a golden file)
-    and `quality_refused` (the last candidate the golden gate refused, until a publish; None and
-    absent otherwise).
+    `queries`, `baseline`, `accepted_drop`; None and absent from the JSON without a golden file),
+    `quality_refused` (the last candidate the golden gate refused, until a publish; None and
+    absent otherwise) and `fast_lane` (the last batch `mtrag watch` applied: generation, at,
+    batch, sources, files, deleted, seconds; None and absent when no watch ran).
 
     Also a read-only Mapping over `to_dict()` (the module doc's compatibility view)."""
 
@@ -352,6 +353,7 @@ class Status(_Result):
     stale: list[Stale] = _key(parse=_list_of(Stale))
     quality: dict | None = _key(optional=True)
     quality_refused: dict | None = _key(optional=True)
+    fast_lane: dict | None = _key(optional=True)
     extra: dict = field(default_factory=dict)
 
 

@@ -1,0 +1,187 @@
+"""The fast lane's latency (`mtrag watch`, issue #15), measured from outside as a user sees it: a
+`mtrag serve` process and a `mtrag watch` process on a built home; each edit is saved, then the
+server is queried (exact mode, every 20 ms) until the new function is the first hit; each file
+removal is saved, then the server is queried until the file has no hit left, and afterwards the
+three stores are checked directly. Both count only answers from a newer generation than the one
+served at the save (a store written before the publish is served as `stale` meanwhile).
+
+  watch_append_s   edit saved -> the new function is the exact hit of a query from another process
+  watch_delete_s   file removed -> gone from the published generation (and from Qdrant, FTS, Neo4j)
+
+Used by bench/build.py (click + flask) and bench/scale.py (django); alone:
+  python bench/watch_latency.py --work bench/out/build-work --file flask/src/flask/helpers.py \\
+      --delete flask-docs:flask/docs/views.rst:docs/views.rst
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.build import gone_everywhere  # noqa: E402
+from bench.common import REPO, mtrag_env, percentile, write_json  # noqa: E402
+from bench.http_load import free_port, peak_rss_mb, request, start_server, stop_server, wait_healthy  # noqa: E402
+
+POLL_S = 0.02
+VISIBLE_TIMEOUT_S = 60.0
+APPENDED = '''
+
+def watch_bench_{n}_{stamp}(value):
+    """Return the value; appended by the watch benchmark."""
+    return value
+'''
+
+
+class WatchProcess:
+    """`mtrag watch` with its output lines on a queue."""
+
+    def __init__(self, env: dict) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "watch"], env=env, cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(f"mtrag watch exited before {text!r}:\n" + "\n".join(self.seen[-20:]))
+            self.seen.append(line)
+            if text in line:
+                return line
+        raise RuntimeError(f"no {text!r} from mtrag watch within {timeout:.0f} s:\n" + "\n".join(self.seen[-20:]))
+
+    def drain(self) -> None:
+        while not self.lines.empty():
+            line = self.lines.get()
+            if line is not None:
+                self.seen.append(line)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+
+
+def _answer(port: int, text: str) -> dict:
+    status, body = request(port, "/v1/query", {"query": text, "mode": "exact", "k": 5}, 10)
+    return json.loads(body) if status == 200 else {}
+
+
+def _hits(port: int, text: str) -> list[dict]:
+    return _answer(port, text).get("hits", [])
+
+
+def _newer(port: int, text: str, generation: int, hit) -> bool:
+    """Does a generation after `generation` answer `text`, and `hit(hits)` hold? (A store's
+    source written but not yet published is served as `stale`, not as the new generation.)"""
+    answer = _answer(port, text)
+    return (answer.get("generation") or 0) > generation and hit(answer.get("hits", []))
+
+
+def _until(check, what: str) -> float:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < VISIBLE_TIMEOUT_S:
+        if check():
+            return time.perf_counter() - t0
+        time.sleep(POLL_S)
+    raise RuntimeError(f"{what}: not visible within {VISIBLE_TIMEOUT_S:.0f} s")
+
+
+def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list[tuple[str, str]],
+            edits: int = 10) -> dict:
+    """`deletions`: (source id, path under `corpus`, the file's path in its source) of the files
+    to remove, one at a time."""
+    port = free_port()
+    server = start_server(home, port)
+    watch = WatchProcess(env)
+    out: dict = {}
+    try:
+        wait_healthy(server, port, 300)
+        watch.wait_for("watching", 600)
+        target = corpus / edit_file
+        append_s = []
+        for n in range(edits):
+            name = f"watch_bench_{n}_{int(time.time())}"
+            generation = _answer(port, name).get("generation") or 0
+            target.write_text(target.read_text() + APPENDED.format(n=n, stamp=name.rsplit("_", 1)[1]))
+            append_s.append(_until(lambda: _newer(port, name, generation,
+                                                  lambda hits: any(h.get("symbol", "").endswith(name) for h in hits[:1])),
+                                   f"appended {name}"))
+            watch.wait_for("recorded", 60)  # the batch's lineage is written before the next edit
+        delete_s, gone = [], []
+        for source_id, rel, file_path in deletions:
+            path = corpus / rel
+            if not path.exists():
+                continue
+            if not [h for h in _hits(port, file_path) if h.get("file_path") == file_path]:
+                raise RuntimeError(f"{rel}: no exact hit for {file_path!r} before the removal; nothing to measure")
+            generation = _answer(port, file_path).get("generation") or 0
+            path.unlink()
+            delete_s.append(_until(lambda: _newer(port, file_path, generation,
+                                                  lambda hits: not [h for h in hits if h.get("file_path") == file_path]),
+                                   f"deleted {rel}"))
+            watch.wait_for("recorded", 60)
+            gone.append(gone_everywhere(env, source_id, file_path))
+        watch.drain()
+        published = [line for line in watch.seen if line.startswith("published generation") and "(change)" in line]
+        out = {
+            "watch_append_s": round(statistics.median(append_s), 3),
+            "watch_append_p95_s": round(percentile(append_s, 95), 3),
+            "watch_append_rounds_s": [round(s, 3) for s in append_s],
+            "watch_delete_s": round(statistics.median(delete_s), 3) if delete_s else None,
+            "watch_delete_rounds_s": [round(s, 3) for s in delete_s],
+            "watch_deleted_everywhere": all(gone) if gone else None,
+            "watch_publish_lines": published[-3:],
+            "watch_serve_rss_mb": peak_rss_mb(server.pid),
+        }
+    finally:
+        watch.stop()
+        stop_server(server)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"), help="a built bench work folder")
+    ap.add_argument("--file", default="flask/src/flask/helpers.py", help="file (under corpus/) to append to")
+    ap.add_argument("--delete", action="append", default=[],
+                    help="SOURCE:PATH:FILE_PATH: remove PATH (under corpus/), FILE_PATH in SOURCE")
+    ap.add_argument("--edits", type=int, default=10)
+    ap.add_argument("--out", default=str(REPO / "bench/out/watch.json"))
+    args = ap.parse_args()
+    work = Path(args.work)
+    env = mtrag_env(work / "home", work / "sources.yaml")
+    deletions = [tuple(d.split(":", 2)) for d in args.delete]
+    result = measure(env, work / "home", work / "corpus", args.file, deletions, args.edits)
+    print(json.dumps(result, indent=1))
+    write_json(args.out, result)
+
+
+if __name__ == "__main__":
+    main()
