@@ -68,6 +68,9 @@ def cmd_build(args) -> int:
     if quality.get("accepted_drop"):
         print("published despite the golden-query gate (--accept-quality-drop, recorded in the manifest): "
               + "; ".join(quality["accepted_drop"]["reasons"]))
+    if summary.get("failed"):  # sources left out (a broken git entry; the runner printed each why): exit 1
+        print(f"mtrag: not built: {sorted(summary['failed'])} (see above)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -295,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", metavar="SYMBOL", help="only paths ending at this symbol (default: any end)")
     p.add_argument("--rel", metavar="TYPES",
                    help=f"comma-separated relation types, any of {','.join(PATH_RELATIONS)} "
-                        "(case-insensitive; default: CALLS)")
+                        "(case-insensitive; default: CALLS,ROUTES_TO: calls, and from a web endpoint "
+                        "such as 'GET /login' to its handler)")
     p.add_argument("--direction", choices=["out", "in"], default="out",
                    help="out: follow edges from the symbol; in: edges into it")
     p.add_argument("--max-hops", type=int, default=4, metavar="N", help="longest path, 1 to 6 hops")

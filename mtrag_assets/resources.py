@@ -10,6 +10,7 @@ from mtrag_resources.core.config import Settings, env
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder
 from mtrag_resources.ingest.sources import SourceSpec, load_sources
+from mtrag_resources.publish.build_state import publishable_sources
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS
 from mtrag_resources.serving.reader import IndexReader
 
@@ -54,10 +55,13 @@ class MtragResource(dg.ConfigurableResource):
         return settings.ensure()
 
     def specs(self) -> list[SourceSpec]:
-        return load_sources(self.settings().sources_file)
+        """The sources a generation publishes: a source that cannot be built now (a broken git
+        entry) and was never published is left out, so the others still publish."""
+        settings = self.settings()
+        return publishable_sources(settings, load_sources(settings.sources_file))
 
     def spec(self, source_id: str) -> SourceSpec:
-        for spec in self.specs():
+        for spec in load_sources(self.settings().sources_file):
             if spec.id == source_id:
                 return spec
         raise dg.Failure(f"source {source_id!r} is not in {self.settings().sources_file}")

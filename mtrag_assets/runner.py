@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 
 from mtrag_resources.core import instance_file
-from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock
+from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock, source_problems
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import spec_root
 from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
@@ -294,7 +294,14 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         targets, removed = changed_sources(settings, specs, resources["mtrag"].embedder().fingerprint_id)
     runs = {}
     asset_steps = {key.path[-1] for a in ALL_ASSETS for key in a.keys}
-    with build_session(settings, specs, targets, log) as targets:
+    # A source that cannot be built now (a git entry that is no repository, names no commit, or also
+    # gives `path`) is left out with its error on stderr; the others build and publish.
+    failed = source_problems(settings, [s for s in specs if not only or s.id in only])
+    for why in failed.values():
+        print(f"mtrag: {why}; not built (the other sources are)", file=sys.stderr, flush=True)
+    targets = [t for t in targets if t not in failed]
+    buildable = [s for s in specs if s.id not in failed]
+    with build_session(settings, buildable, targets, log) as targets:
         defs = cli_definitions(resources)
 
         def run(sid: str | None, publish: bool) -> str:
@@ -327,4 +334,4 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         else:
             log("resolving cross-source links and publishing the manifest ...")
             runs["__publish__"] = run(None, publish=True)
-    return {"built": targets, "removed": removed, "runs": runs}
+    return {"built": targets, "removed": removed, "runs": runs, "failed": failed}

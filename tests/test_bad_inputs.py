@@ -271,7 +271,7 @@ SOURCES_ERRORS = [
     ("missing_path", "sources:\n  - {id: ghost, kind: code, path: does/not/exist}\n",
      ["id='ghost'", "path 'does/not/exist' does not exist"]),
     ("path_and_sdist", "sources:\n  - {id: both, kind: code, path: ., pip_sdist: click==8.5.1}\n",
-     ["id='both'", "exactly one of 'path' or 'pip_sdist'"]),
+     ["id='both'", "exactly one of 'path', 'pip_sdist' or 'git'"]),
     ("no_path_no_sdist", "sources:\n  - {id: none, kind: code}\n", ["id='none'", "exactly one of"]),
     ("duplicate_ids", "GOOD  - {id: good, kind: docs, path: .}\n", ["sources[1] id='good'", "duplicate source id"]),
     ("bad_id", "sources:\n  - {id: 'Bad ID!', kind: code, path: .}\n", ["sources[0]", "id 'Bad ID!' must match"]),

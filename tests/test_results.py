@@ -81,7 +81,9 @@ def test_absent_optional_keys_stay_absent_and_unknown_keys_are_kept_in_order():
     d = _answer(hits=[_hit(commit_sha="abc123", page=4)], extra_field={"x": 1})
     a = Answer.from_dict(d)
     _same(a, d)
-    assert a.hits[0].extra == {"commit_sha": "abc123", "page": 4} and a["hits"][0]["page"] == 4
+    assert a.hits[0].commit_sha == "abc123" and "commit_sha" not in a.hits[0].extra  # a named, optional field
+    assert a.hits[0].repository is None and "repository" not in a["hits"][0]          # absent stays absent
+    assert a["hits"][0]["page"] == 4
     assert a.extra == {"extra_field": {"x": 1}}
     with pytest.raises(ValueError, match="no 'confidence'"):
         Answer.from_dict({k: v for k, v in _answer().items() if k != "confidence"})

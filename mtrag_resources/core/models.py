@@ -56,8 +56,12 @@ class Chunk:
     source_id: str = ""
     source_kind: str = ""
     cas_uri: str = ""
-    repository: str = ""
-    commit: str = ""
+    repository: str = ""     # the spec's `repository`, else a git source's repository path, the pin, the root
+    # The commit this row was parsed at (a git source's snapshot commit; a folder's work-tree HEAD).
+    # A row kept from an earlier snapshot (its file's blob unchanged) keeps its commit: that commit
+    # has the same text, and a new commit rewrites only the rows of the files it changed.
+    commit_sha: str = ""
+    ref: str = ""            # a git source's ref as the spec names it (branch, tag or sha); "" otherwise
     graph_ids: list[str] = field(default_factory=list)
     script: str = ""         # "cjk": embedded by the multilingual embedder too (core/scripts.py)
     # Code children: what the embedder reads instead of `text` (ingest/embed_text.py), in the CAS
@@ -78,7 +82,8 @@ class Chunk:
 
 @dataclass
 class GraphNode:
-    """A canonical entity. label is one of Source, File, Module, Class, Function, Method, Page, Section."""
+    """A canonical entity. label is one of Source, File, Module, Class, Function, Method, Page, Section,
+    Endpoint (a web route: name and qualified_name `METHOD /path`, chunk_id its handler's chunk)."""
 
     node_id: str
     label: str
@@ -98,7 +103,7 @@ class GraphRelation:
     unambiguously; otherwise INFERRED with `candidates` (qualified names)."""
 
     rel_id: str
-    rel_type: str            # CONTAINS, DEFINES, IMPORTS, INHERITS, CALLS, MENTIONS, IMPLEMENTS
+    rel_type: str            # CONTAINS, DEFINES, IMPORTS, INHERITS, CALLS, ROUTES_TO, MENTIONS, IMPLEMENTS
     src_id: str
     dst_id: str
     confidence: str = "VERIFIED"
@@ -139,5 +144,6 @@ class ParsedFile:
     imports: list[dict] = field(default_factory=list)   # {module_qn, file_path, line, imported, alias}
     calls: list[dict] = field(default_factory=list)     # {caller_id, caller_qn, callee_expr, file_path, line}
     bases: list[dict] = field(default_factory=list)     # {class_id, class_qn, base_expr, file_path, line}
+    routes: list[dict] = field(default_factory=list)    # web route facts (ingest/routes.py): router, route, mount
     warnings: list[str] = field(default_factory=list)
     language: str = ""  # the file's language (set by the stage; the graph resolver groups by it)

@@ -1,5 +1,7 @@
-"""Source-level code graph: resolve the per-file facts (imports, calls, bases) of every file in a
-source against one symbol table and emit IMPORTS, INHERITS and CALLS edges.
+"""Source-level code graph: resolve the per-file facts (imports, calls, bases, web routes) of every
+file in a source against one symbol table and emit IMPORTS, INHERITS and CALLS edges, and an
+Endpoint node (`GET /login`) per web route with a ROUTES_TO edge to its handler (resolved as a call
+is; an endpoint whose handler is not in the source keeps its node and gets no edge).
 
 Only targets inside the source get an edge; external names are dropped, not guessed. An edge is
 VERIFIED when scope rules lead to exactly one target; INFERRED (with `candidates`) when several
@@ -11,8 +13,10 @@ import posixpath
 from collections import defaultdict
 
 from mtrag_resources.core.models import GraphNode, GraphRelation, ParsedFile, stable_id
+from mtrag_resources.ingest.routes import compose_endpoints
 
 _SYMBOL_LABELS = ("Module", "Class", "Function", "Method")
+_HANDLER_LABELS = ("Class", "Function", "Method")  # what a route may name (a class: `View.as_view()`)
 _JS = ("javascript", "typescript", "tsx")
 _PY_BUILTINS = set(dir(builtins))
 # An unknown receiver matching more methods than this says nothing about the target.
@@ -67,7 +71,21 @@ def resolve_code_graph(source_id: str,
     for pf in parsed:
         for node in pf.nodes:
             nodes.setdefault(node.node_id, node)
+    for endpoint in compose_endpoints([f for pf in parsed for f in pf.routes], resolver.aliases):
+        targets, verified = resolver.handler(endpoint)
+        node_id = endpoint_node_id(source_id, endpoint["name"])
+        nodes.setdefault(node_id, GraphNode(
+            node_id=node_id, label="Endpoint", name=endpoint["name"], qualified_name=endpoint["name"],
+            source_id=source_id, file_path=endpoint["file_path"], start_line=endpoint["line"],
+            end_line=endpoint["line"], chunk_id=resolver.by_qn[targets[0]].chunk_id if targets else "",
+            content_hash=endpoint.get("evidence_hash", "")))
+        add("ROUTES_TO", node_id, targets, verified, endpoint)
     return list(nodes.values()), list(relations.values())
+
+
+def endpoint_node_id(source_id: str, name: str) -> str:
+    """The id of a source's Endpoint node `METHOD /path` (one per name, whichever app serves it)."""
+    return f"{source_id}:endpoint:{name}"
 
 
 class _Resolver:
@@ -229,6 +247,17 @@ class _Resolver:
         return self.package.get((best, "go"), []) if best is not None else []
 
     # -- facts ---------------------------------------------------------------------------
+    def handler(self, endpoint: dict) -> tuple[list[str], bool]:
+        """The code entity a route's handler names, and whether it is certain: the decorated
+        definition itself (INFERRED when it is nested in a function: its enclosing function's node
+        holds it), else the view expression resolved as a call is (`views.login`, `LoginView`)."""
+        if endpoint["handler_def"]:
+            qn = f"{endpoint['module_qn']}.{endpoint['handler']}" if endpoint["module_qn"] else endpoint["handler"]
+            return ([qn], not endpoint["nested"]) if qn in self.by_qn else ([], False)
+        targets, verified = self.resolve(endpoint["handler"], endpoint, in_class=False)
+        kept = [t for t in targets if self.by_qn[t].label in _HANDLER_LABELS]
+        return kept, verified and len(kept) == len(targets)
+
     def import_targets(self, fact: dict) -> list[str]:
         language, imported = fact["language"], fact["imported"]
         if language == "go":

@@ -32,6 +32,7 @@ class FileEntry:
     language: str        # python, markdown, ... or ""
     status: str          # ok | skipped
     reason: str = ""     # why skipped, or a warning for an ok file (e.g. invalid UTF-8 replaced)
+    blob: str = ""       # git sources: the file's blob sha at the snapshot's commit (ingest/git_source.py)
 
 
 @dataclass
@@ -40,6 +41,11 @@ class Inventory:
     root: str
     commit: str
     files: list[FileEntry]
+    # Git sources (`git:` + `ref:`): the ref as the spec names it, the repository label the chunks
+    # carry, and the key of what else the snapshot depends on (globs, size limit; git_source.origin_key).
+    ref: str = ""
+    repository: str = ""
+    origin: str = ""
 
     @property
     def included(self) -> list[FileEntry]:
@@ -53,18 +59,22 @@ class Inventory:
     def digest(self) -> str:
         """Identity of the snapshot: paths, contents and skip reasons; not mtimes."""
         h = hashlib.sha256()
+        if self.ref:  # a git snapshot is the tree of one commit: a moved ref is a new snapshot
+            h.update(f"git\0{self.commit}\0{self.ref}\0{self.repository}\n".encode())
         for f in sorted(self.files, key=lambda f: f.path):
             h.update(f"{f.path}\0{f.sha256}\0{f.status}\0{f.reason}\n".encode())
         return h.hexdigest()
 
     def to_json(self) -> str:
-        return json.dumps({"source_id": self.source_id, "root": self.root, "commit": self.commit,
+        git = {"ref": self.ref, "repository": self.repository, "origin": self.origin} if self.ref else {}
+        return json.dumps({"source_id": self.source_id, "root": self.root, "commit": self.commit, **git,
                            "digest": self.digest, "files": [asdict(f) for f in self.files]}, indent=0)
 
     @classmethod
     def from_json(cls, text: str) -> "Inventory":
         doc = json.loads(text)
-        return cls(doc["source_id"], doc["root"], doc["commit"], [FileEntry(**f) for f in doc["files"]])
+        return cls(doc["source_id"], doc["root"], doc["commit"], [FileEntry(**f) for f in doc["files"]],
+                   doc.get("ref", ""), doc.get("repository", ""), doc.get("origin", ""))
 
 
 def git_commit(root: Path) -> str:

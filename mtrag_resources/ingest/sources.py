@@ -1,6 +1,11 @@
 """The source list (`MTRAG_SOURCES`): parsing, validation and materialising pip sdists.
 
-Every error names the entry it is about, so a maintainer can fix the YAML without guessing."""
+Every error names the entry it is about, so a maintainer can fix the YAML without guessing. A
+source's origin is one of `path` (a folder), `pip_sdist` (a pinned sdist) or `git` + `ref` (a local
+repository at the commit a branch, tag or sha names; ingest/git_source.py). A malformed file or
+entry refuses the whole file; what is wrong with a git entry's origin (`path` and `git` both given,
+no `ref`; later: not a repository, a ref that does not exist) is that source's error alone
+(`SourceSpec.error`, `snapshot.source_problem`): the other sources still build."""
 from __future__ import annotations
 
 import re
@@ -37,12 +42,18 @@ class SourceSpec:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     repository: str = ""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    git: str | None = None   # a local repository (its root, its .git folder or a bare one)
+    ref: str | None = None   # with `git`: a branch, tag or commit sha, resolved at each build
+    error: str = ""          # a git entry's origin that cannot work, naming the entry (built: never)
 
     def root(self, sdist_dir: Path, base_dir: Path) -> Path:
-        """The directory this source is read from (sdists unpack on first use)."""
+        """The directory this source is read from (sdists unpack on first use; a git source's is
+        its repository, whose objects are read, never its work tree)."""
+        if self.error:
+            raise SourceConfigError(self.error)
         if self.pip_sdist:
             return fetch_sdist(self.pip_sdist, sdist_dir)
-        p = Path(self.path).expanduser()
+        p = Path(self.git if self.git is not None else self.path).expanduser()
         return (p if p.is_absolute() else base_dir / p).resolve()
 
 
@@ -94,14 +105,28 @@ def _parse_entry(path: Path, i: int, entry: object) -> SourceSpec:
     kind = entry.get("kind")
     if kind not in SOURCE_KINDS:
         raise SourceConfigError(f"{where}: unknown kind {kind!r} (expected one of {', '.join(SOURCE_KINDS)})")
-    has_path, has_sdist = "path" in entry, "pip_sdist" in entry
+    has_path, has_sdist, has_git = "path" in entry, "pip_sdist" in entry, "git" in entry
+    if "ref" in entry and not has_git:
+        raise SourceConfigError(f"{where}: 'ref' is for git sources: give 'git' (a local repository) with it")
+    if has_git:
+        return _parse_git_entry(where, entry, sid, kind)
     if has_path == has_sdist:
-        raise SourceConfigError(f"{where}: give exactly one of 'path' or 'pip_sdist'")
+        raise SourceConfigError(f"{where}: give exactly one of 'path', 'pip_sdist' or 'git'")
     sdist = entry.get("pip_sdist")
     if has_sdist and (not isinstance(sdist, str) or not SDIST_RE.match(sdist)):
         raise SourceConfigError(f"{where}: pip_sdist {sdist!r} must be a pinned requirement like 'click==8.5.1'")
     if has_path and not isinstance(entry["path"], str):
         raise SourceConfigError(f"{where}: path must be a string")
+    globs, max_bytes = _common_fields(where, entry)
+    return SourceSpec(id=sid, kind=kind, path=entry.get("path"), pip_sdist=sdist,
+                      include=globs["include"], exclude=globs["exclude"], max_file_bytes=max_bytes,
+                      repository=str(entry.get("repository", "")))
+
+
+KNOWN_KEYS = {"id", "kind", "path", "pip_sdist", "git", "ref", "include", "exclude", "max_file_bytes", "repository"}
+
+
+def _common_fields(where: str, entry: dict) -> tuple[dict, int]:
     globs = {}
     for key in ("include", "exclude"):
         value = entry.get(key, ["**/*"] if key == "include" else [])
@@ -113,13 +138,31 @@ def _parse_entry(path: Path, i: int, entry: object) -> SourceSpec:
     max_bytes = entry.get("max_file_bytes", DEFAULT_MAX_FILE_BYTES)
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise SourceConfigError(f"{where}: max_file_bytes must be a positive integer")
-    known = {"id", "kind", "path", "pip_sdist", "include", "exclude", "max_file_bytes", "repository"}
-    unknown = sorted(set(entry) - known)
+    unknown = sorted(set(entry) - KNOWN_KEYS)
     if unknown:
         raise SourceConfigError(f"{where}: unknown keys {unknown}")
-    return SourceSpec(id=sid, kind=kind, path=entry.get("path"), pip_sdist=sdist,
-                      include=globs["include"], exclude=globs["exclude"], max_file_bytes=max_bytes,
-                      repository=str(entry.get("repository", "")))
+    return globs, max_bytes
+
+
+def _parse_git_entry(where: str, entry: dict, sid: str, kind: str) -> SourceSpec:
+    """A git entry. Its globs and keys are checked like any entry's (a bad one refuses the file);
+    an origin that cannot work is kept as the spec's `error`, so only this source fails."""
+    globs, max_bytes = _common_fields(where, entry)
+    git, ref = entry.get("git"), entry.get("ref")
+    others = [k for k in ("path", "pip_sdist") if k in entry]
+    error = ""
+    if others:
+        error = f"give exactly one of 'path', 'pip_sdist' or 'git' (this entry has 'git' and {others[0]!r})"
+    elif not isinstance(git, str) or not git.strip():
+        error = f"git must be the path of a local repository, got {git!r}"
+    elif ref is None:
+        error = "a git source needs 'ref': the branch, tag or commit sha to index"
+    elif not isinstance(ref, str) or not ref.strip():
+        error = f"ref must be a branch, tag or commit sha, got {ref!r}"
+    return SourceSpec(id=sid, kind=kind, git=git if isinstance(git, str) else None,
+                      ref=ref if isinstance(ref, str) else None, include=globs["include"],
+                      exclude=globs["exclude"], max_file_bytes=max_bytes,
+                      repository=str(entry.get("repository", "")), error=f"{where}: {error}" if error else "")
 
 
 def fetch_sdist(requirement: str, sdist_dir: Path) -> Path:

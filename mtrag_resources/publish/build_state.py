@@ -10,10 +10,10 @@ from pathlib import Path
 from mtrag_resources.core.errors import BusyError
 from mtrag_resources.core.config import Settings
 from mtrag_resources.publish.manifest import load_current
-from mtrag_resources.ingest.sources import SourceSpec
+from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, read_state
-from mtrag_resources.ingest.snapshot import scan_source
+from mtrag_resources.ingest.snapshot import scan_source, source_problem
 
 
 class SourceBusy(BusyError):
@@ -38,7 +38,10 @@ def publish_pending(settings: Settings) -> bool:
 
 
 def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id: str | None) -> tuple[list[str], list[str]]:
-    """(sources whose snapshot or stores differ from the published generation, removed source ids)."""
+    """(sources whose snapshot or stores differ from the published generation, removed source ids).
+    A git source costs its ref's lookup when the commit is the published one (no file is read),
+    else a diff of the two trees and the changed blobs; one that cannot be read (no repository, no
+    such ref) counts as changed, so the build reports its error instead of "nothing changed"."""
     manifest = load_current(settings.manifest_dir) or {}
     published = manifest.get("sources", {})
     removed = sorted(set(published) - {s.id for s in specs})
@@ -50,11 +53,35 @@ def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id:
         if global_stale or entry is None or dirty_marker(settings, spec.id).exists():
             changed.append(spec.id)
             continue
-        inventory = scan_source(settings, spec)
+        try:
+            inventory = scan_source(settings, spec)
+        except SourceConfigError:
+            if spec.git is None and not spec.error:
+                raise
+            changed.append(spec.id)  # a broken git entry: the build names it, and builds the others
+            continue
         state = read_state(SourceLayout(settings, spec.id))
         if inventory.digest != entry.get("snapshot_digest") or state.get("generation") != entry.get("chunk_generation"):
             changed.append(spec.id)
     return changed, removed
+
+
+def source_problems(settings: Settings, specs: list[SourceSpec]) -> dict[str, str]:
+    """{source id: why it cannot be built now} (a git entry with both `path` and `git`, a `git:`
+    that is no repository, a ref that names no commit; each message names the entry). A build
+    leaves these out and builds the others."""
+    return {spec.id: why for spec in specs if (why := source_problem(settings, spec))}
+
+
+def publishable_sources(settings: Settings, specs: list[SourceSpec]) -> list[SourceSpec]:
+    """The sources a generation publishes: every one, except those that cannot be built now and
+    were never published (nothing of them to serve). One that was published keeps its last
+    snapshot's generation, unchanged in every store, until its entry is fixed."""
+    problems = source_problems(settings, specs)
+    if not problems:
+        return list(specs)
+    published = (load_current(settings.manifest_dir) or {}).get("sources", {})
+    return [s for s in specs if s.id not in problems or s.id in published]
 
 
 @contextmanager

@@ -26,7 +26,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from mtrag_resources.core.errors import MtragError
-from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS, QueryError
+from mtrag_resources.serving.requests import (DEFAULT_PATH_RELATIONS, KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES,
+                                             PATH_RELATIONS, QueryError)
 
 SERVER_NAME = "mtrag"
 MAX_HOPS = 6  # the reader's default max_hops_limit
@@ -124,9 +125,10 @@ PATHS = types.Tool(
             "to": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_BYTES,
                    "description": "Only paths that end at this symbol (default: paths to anything)."},
             "rel": {"type": "array", "items": {"type": "string", "enum": list(PATH_RELATIONS)},
-                    "minItems": 1, "uniqueItems": True, "default": ["CALLS"],
+                    "minItems": 1, "uniqueItems": True, "default": list(DEFAULT_PATH_RELATIONS),
                     "description": "Relation types to follow, upper case: "
-                                   + ", ".join(PATH_RELATIONS) + " (default [\"CALLS\"])."},
+                                   + ", ".join(PATH_RELATIONS) + " (default " + json.dumps(list(DEFAULT_PATH_RELATIONS))
+                                   + ": calls, and from a web endpoint such as `GET /login` to its handler)."},
             "direction": {"type": "string", "enum": ["out", "in"], "default": "out",
                           "description": "`out`: what `from` reaches (calls, inherits from); `in`: what reaches "
                                          "`from` (its callers). Default `out`."},

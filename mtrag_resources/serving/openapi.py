@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 
-from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS
+from mtrag_resources.serving.requests import (DEFAULT_PATH_RELATIONS, KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES,
+                                             MODES, PATH_RELATIONS)
 
 MAX_HOPS = 6  # the reader's default max_hops_limit
 MAX_PATHS_LIMIT = 100
@@ -84,7 +85,8 @@ SCHEMAS: dict[str, dict] = {
         "rel": {"anyOf": [_array({"type": "string", "enum": list(PATH_RELATIONS)}),
                           {"type": "string", "description": "Comma-separated relation types."},
                           {"type": "null"}],
-                "description": "Relation types to follow (default CALLS): " + ", ".join(PATH_RELATIONS)},
+                "description": f"Relation types to follow (default {', '.join(DEFAULT_PATH_RELATIONS)}): "
+                               + ", ".join(PATH_RELATIONS)},
         "direction": {"type": "string", "enum": ["out", "in"], "default": "out"},
         "max_hops": {"type": "integer", "minimum": 1, "maximum": MAX_HOPS, "default": 4},
         "verified_only": {"type": "boolean", "default": True},
@@ -97,7 +99,11 @@ SCHEMAS: dict[str, dict] = {
                  "start_line": _NI, "end_line": _NI, "symbol": _NS, "title": _NS, "text": _NS, "score": _N,
                  "cosine": {"type": ["number", "null"]},
                  "channels": {"type": "object", "additionalProperties": _ref("ChannelRank")},
-                 "parent": {"anyOf": [_ref("Parent"), {"type": "null"}]}},
+                 "parent": {"anyOf": [_ref("Parent"), {"type": "null"}]},
+                 "commit_sha": _S | {"description": "Git sources: the commit of the published snapshot."},
+                 "repository": _S | {"description": "Git sources: the repository (its path, or the source's "
+                                                    "`repository`)."},
+                 "ref": _S | {"description": "Git sources: the ref the source names (branch, tag or sha)."}},
                 ["rank", "chunk_id", "source_id", "source_kind", "file_path", "start_line", "end_line", "symbol",
                  "title", "text", "score", "cosine", "channels", "parent"]),
     "BridgeEntry": _obj({"from_chunk_id": _S, "from_title": _NS, "from_rank": _I, "symbol": _NS, "file_path": _NS,

@@ -45,8 +45,8 @@ from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
 from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, preprocess_query, prose_of
 from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSource, UnknownSymbol: the reader's API)
-    MODES, QueryError, UnknownSource, UnknownSymbol, check_known_sources, check_paths, check_query, check_sources,
-    validate_text)
+    DEFAULT_PATH_RELATIONS, MODES, QueryError, UnknownSource, UnknownSymbol, check_known_sources, check_paths,
+    check_query, check_sources, validate_text)
 from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
@@ -439,6 +439,7 @@ class ReaderCore:
         state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
         out["stale"] = list(state.stale)
         self._hydrate_parents(hits, stale_f)
+        self._name_commits(hits)
         out["hits"] = hits
         out["exact"], out["confidence"] = self._honesty(text, hits, exact_found, space)
         out["bridge"], proposals = doc_to_code_bridge(self._neo4j, self._fts, self.manifest, hits, state,
@@ -603,6 +604,16 @@ class ReaderCore:
                 "channels": {c: {"rank": v["rank"], "score": round(v["score"], 6)} for c, v in per_channel.items()},
                 "parent": None, "parent_id": row.get("parent_id")}
 
+    def _name_commits(self, hits: list[dict]) -> None:
+        """A git source's hits name the snapshot the generation published: its `commit_sha`,
+        `repository` and `ref` (the manifest's entry; each chunk's text is its file's at that
+        commit, rows carry the commit they were parsed at)."""
+        sources = self.manifest["sources"]
+        for h in hits:
+            entry = sources.get(h["source_id"]) or {}
+            if entry.get("ref"):
+                h.update(commit_sha=entry["commit_sha"], repository=entry["repository"], ref=entry["ref"])
+
     def _hydrate_parents(self, hits: list[dict], stale_f: set[str]) -> None:
         """Parent text is context for a hit, not a new scored hit."""
         ids = [h["chunk_id"] for h in hits if h["parent_id"] and h["source_id"] not in stale_f]
@@ -649,9 +660,11 @@ class ReaderCore:
             if state.generation is None or neo is None:
                 return out
             stale_graph = state.stale_for("neo4j")
+            # no relation named: calls, and from a web endpoint (`GET /login`) to its handler
             paths = neo.paths([from_name], [to_name] if to_name else None,
-                                      rel_types=rel_types or ["CALLS"], direction=direction, max_hops=max_hops,
-                                      verified_only=verified_only, limit=limit, hard_max_hops=self.max_hops_limit)
+                              rel_types=rel_types or list(DEFAULT_PATH_RELATIONS), direction=direction,
+                              max_hops=max_hops, verified_only=verified_only, limit=limit,
+                              hard_max_hops=self.max_hops_limit)
             # Fail closed: a path touching a source whose graph is not the published one is dropped.
             published = set(self.manifest["sources"])
             out["paths"] = [p for p in paths

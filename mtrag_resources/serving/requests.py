@@ -6,7 +6,10 @@ from mtrag_resources.core.errors import MtragError
 MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("fts",),
          "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
 KINDS = ("code", "docs")
-PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS")
+PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS", "ROUTES_TO")
+# what a paths request follows when it names no relation: calls, and from a web endpoint
+# (`GET /login`) to its handler (ROUTES_TO leaves Endpoint nodes only)
+DEFAULT_PATH_RELATIONS = ("CALLS", "ROUTES_TO")
 # A whole doc section is a valid query (the doc -> code bridge takes one pasted in); the embedders
 # read what fits their window, the exact channel every identifier in it.
 MAX_QUERY_BYTES = 16 * 1024

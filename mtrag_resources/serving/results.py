@@ -181,7 +181,9 @@ class Hit(_Result):
     `title`, the chunk's `text`, the fused `score` (weighted reciprocal rank fusion), `cosine` (the
     query's cosine to the chunk in its vector space, None when no dense channel ran), `channels`
     (channel name -> its `ChannelRank`: `dense`, `fts`, `exact`) and `parent` (a `Parent` or
-    None)."""
+    None). A hit of a git source also names the published snapshot it comes from: `commit_sha`
+    (the commit the source's ref named when it was built), `repository` and `ref` (absent, None,
+    for other sources)."""
 
     rank: int
     chunk_id: str
@@ -197,6 +199,9 @@ class Hit(_Result):
     cosine: float | None
     channels: dict[str, ChannelRank] = _key(parse=_dict_of(ChannelRank))
     parent: Parent | None = _key(parse=Parent.from_dict)
+    commit_sha: str | None = _key(optional=True)
+    repository: str | None = _key(optional=True)
+    ref: str | None = _key(optional=True)
     extra: dict = field(default_factory=dict)
 
 

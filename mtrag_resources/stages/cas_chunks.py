@@ -40,7 +40,7 @@ def parse_file(source_id: str, path: str, category: str, language: str, text: st
     return chunk_doc(source_id, path, text, language, max_tokens=DOC_MAX_TOKENS)
 
 
-_GRAPH_FACTS = ("nodes", "relations", "references", "imports", "calls", "bases")
+_GRAPH_FACTS = ("nodes", "relations", "references", "imports", "calls", "bases", "routes")
 
 
 def _facts_key(path: str, entry_sha: str, category: str) -> str:
@@ -80,7 +80,7 @@ def load_parsed_files(layout: SourceLayout) -> list[tuple[str, ParsedFile]]:
         out.append((path, ParsedFile(
             nodes=[GraphNode(**n) for n in doc["nodes"]], relations=[GraphRelation(**r) for r in doc["relations"]],
             references=[DocReference(**r) for r in doc["references"]], imports=doc["imports"], calls=doc["calls"],
-            bases=doc["bases"], warnings=doc["warnings"], language=doc["language"])))
+            bases=doc["bases"], routes=doc.get("routes", []), warnings=doc["warnings"], language=doc["language"])))
     return out
 
 
@@ -169,7 +169,11 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
 
 def _assemble(kept: pa.Table | None, new_rows: list[dict], spec: SourceSpec, inventory) -> pa.Table:
     """Kept and new rows in file order (each file's rows in its chunker's order), with the
-    source-wide columns (repository, commit) set for all of them."""
+    source-wide columns (repository, ref) set for all of them; `commit_sha` is the snapshot's on
+    the new rows, and a kept row keeps its own (the text is the same at both commits), so a commit
+    that changes one file changes the payload of that file's rows only."""
+    for row in new_rows:
+        row["commit_sha"] = inventory.commit
     parts = [t for t in (kept, pa.Table.from_pylist(new_rows) if new_rows else None) if t is not None and t.num_rows]
     if not parts:
         return pa.Table.from_pylist([], schema=pa.schema(
@@ -177,7 +181,7 @@ def _assemble(kept: pa.Table | None, new_rows: list[dict], spec: SourceSpec, inv
     table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
     n = table.num_rows
     for name, value in (("repository", spec.repository or spec.pip_sdist or inventory.root),
-                        ("commit", inventory.commit)):
+                        ("ref", inventory.ref)):
         column = pa.array([value] * n, type=pa.string())
         table = table.set_column(table.schema.get_field_index(name), name, column)
     order = pa.array(range(n))

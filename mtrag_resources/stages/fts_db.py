@@ -1,13 +1,20 @@
 """fts_db: a source's chunks in SQLite FTS5 (trigram + CJK bigram indexes), its exact aliases and
-its parent rows for hydration, replaced in one transaction under a generation marker."""
+its parent rows for hydration, replaced in one transaction under a generation marker. Besides the
+chunk rows' standard aliases, each web endpoint of the canonical graph (`GET /login`, `/login`)
+is an alias of its handler's chunk."""
 from __future__ import annotations
 
 import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts
+from mtrag_resources.stores.fts_query import derive_aliases, endpoint_aliases
 from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
@@ -20,13 +27,18 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
     meta: dict = {}
     with timed(meta, "seconds"):
         rows = read_rows(layout.chunks)
-        input_sha = digest_json([[r["chunk_id"], r["content_hash"], r["start_line"], r["end_line"]] for r in rows])
+        chunk_ids = {r["chunk_id"] for r in rows}  # a graph older than the chunks names none of theirs
+        endpoints = [a for a in _endpoint_aliases(layout) if a[2] in chunk_ids]
+        input_sha = digest_json([[r["chunk_id"], r["content_hash"], r["start_line"], r["end_line"]] for r in rows]
+                                + ([["endpoints", endpoints]] if endpoints else []))
         store = open_fts(settings)
         try:
             if not store.holds(spec.id, generation, input_sha):  # texts only when something is written
                 for r in rows:
                     r["text"] = cas.get_text(r["content_hash"])
-            stats = store.write_source(spec.id, generation, input_sha, rows)  # standard aliases (fts_query.derive_aliases)
+            # standard aliases (fts_query.derive_aliases), and the endpoints' where the source has some
+            aliases = _with_endpoints(rows, spec.id, endpoints) if endpoints else None
+            stats = store.write_source(spec.id, generation, input_sha, rows, aliases)
             marker = store.marker(spec.id)
         finally:
             store.close()
@@ -35,3 +47,25 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
                  "path": str(settings.fts_path),
                  "db_bytes": os.path.getsize(settings.fts_path) if settings.fts_path.exists() else 0})
     return StageResult(data_version=generation, metadata=meta)
+
+
+def _endpoint_aliases(layout: SourceLayout) -> list[tuple[str, str, str]]:
+    """The endpoint aliases of the source's canonical graph (none before it is built): its
+    ROUTES_TO edges and their ends only, read column-wise."""
+    if not layout.relations.exists() or not layout.nodes.exists():
+        return []
+    rels = pq.read_table(layout.relations, columns=["rel_type", "src_id", "dst_id"],
+                         filters=[("rel_type", "=", "ROUTES_TO")]).to_pylist()
+    if not rels:
+        return []
+    nodes = pq.read_table(layout.nodes, columns=["node_id", "name", "chunk_id"])
+    ends = sorted({r["src_id"] for r in rels} | {r["dst_id"] for r in rels})
+    nodes = nodes.filter(pc.is_in(nodes["node_id"], value_set=pa.array(ends, type=pa.string()))).to_pylist()
+    return endpoint_aliases(nodes, rels)
+
+
+def _with_endpoints(rows: list[dict], source_id: str, endpoints: list[tuple[str, str, str]]):
+    """The standard aliases, then the endpoints'; a generator, so nothing is derived when the store
+    holds the generation already (it writes nothing then)."""
+    yield from derive_aliases(rows, source_id)
+    yield from endpoints

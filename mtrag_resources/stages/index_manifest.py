@@ -132,6 +132,8 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                 "kind": spec.kind,
                 "snapshot_digest": inv.digest if inv else "",
                 "commit": inv.commit if inv else "",
+                # A git source: the snapshot's commit, its ref and repository (every hit of it names them).
+                **({"commit_sha": inv.commit, "ref": inv.ref, "repository": inv.repository} if inv and inv.ref else {}),
                 "chunk_generation": gen,
                 "counts": {"chunks": len(rows), "children": sum(r["role"] == "child" for r in rows),
                            "parents": sum(r["role"] == "parent" for r in rows),

@@ -15,7 +15,7 @@ from mtrag_resources.core.models import cjk_children, vector_hash
 from mtrag_resources.stages.embedding_cache import child_rows
 
 PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "locator", "graph_ids",
-                  "content_hash", "cas_uri", "repository", "commit", "file_path", "symbol",
+                  "content_hash", "cas_uri", "repository", "commit_sha", "ref", "file_path", "symbol",
                   "start_line", "end_line", "chunk_type", "language", "source_kind", "declaration")
 
 

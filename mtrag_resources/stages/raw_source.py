@@ -1,14 +1,15 @@
 """raw_source: the file inventory of one source, with every included file's bytes copied into
-the CAS so later stages read a snapshot, not a working tree that may be changing."""
+the CAS so later stages read a snapshot, not a working tree that may be changing. A git source's
+bytes are its blobs at the ref's commit (read once, as the scan hashes them)."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
-from mtrag_resources.ingest.snapshot import scan_source
+from mtrag_resources.ingest.git_source import ScanStats
+from mtrag_resources.ingest.snapshot import scan_source, snapshot_files
 from mtrag_resources.ingest.inventory import TOO_LARGE
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.common import StageResult, timed
@@ -19,13 +20,14 @@ def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:
     layout = SourceLayout(settings, spec.id)
     meta: dict = {}
     with timed(meta, "seconds"):
-        inventory = scan_source(settings, spec)
         cas = ContentStore(settings.cas_dir)
-        root = Path(inventory.root)
-        for entry in inventory.included:
-            if not cas.has(entry.sha256):
-                # Store under the hash of what we read now: a file edited mid-scan is recorded as read.
-                entry.sha256 = cas.put_bytes((root / entry.path).read_bytes())
+        git = ScanStats()
+        inventory = scan_source(settings, spec, keep=cas.put_bytes, stats=git)  # a git scan's blobs go into the CAS
+        with snapshot_files(settings, spec, inventory) as read:
+            for entry in inventory.included:
+                if not cas.has(entry.sha256):
+                    # Store under the hash of what we read now: a file edited mid-scan is recorded as read.
+                    entry.sha256 = cas.put_bytes(read(entry))
         write_text_atomic(layout.inventory, inventory.to_json())
     included, skipped = inventory.included, inventory.skipped
     meta.update({
@@ -33,6 +35,10 @@ def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:
         # An sdist is named by its pin (its unpacked folder has no commit of its own); a folder
         # by the commit of the git work tree it is in.
         **({"sdist": spec.pip_sdist} if spec.pip_sdist else {"commit": inventory.commit or "(not a git work tree)"}),
+        # A git source: the tree at `ref`'s commit, and how it was read (unchanged: the same commit,
+        # nothing read; diff: the changed paths of the two trees; full: every path).
+        **({"ref": inventory.ref, "repository": inventory.repository, "git_scan": git.mode,
+            "git_changed_paths": git.changed_paths, "git_blobs_read": git.blobs_read} if inventory.ref else {}),
         "files": len(included),
         "skipped": len(skipped),
         "bytes": sum(f.size for f in included),

@@ -312,13 +312,30 @@ def short_symbol(symbol_norm: str) -> str:
 
 ISSUE_KEY_RE = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-[0-9]{1,7}\b")
 ALIAS_KINDS = ("symbol", "short_symbol", "file_path", "basename", "graph_id", "source_id",
-               "title", "issue_key")
+               "title", "issue_key", "endpoint", "endpoint_path")
 # Order in which exact() reports hits of different kinds for the same query.
 ALIAS_KIND_RANK = {k: i for i, k in enumerate(
-    ("symbol", "file_path", "graph_id", "issue_key", "source_id", "short_symbol", "basename",
-     "title"))}
+    ("symbol", "endpoint", "file_path", "graph_id", "issue_key", "source_id", "short_symbol", "basename",
+     "endpoint_path", "title"))}
 _FILE_ANCHOR_TYPES = ("file", "module", "page", "document")
 _MAX_TITLE_ALIAS = 200
+
+
+def endpoint_aliases(nodes: list[dict], relations: list[dict]) -> list[tuple[str, str, str]]:
+    """The web endpoints of a canonical graph as aliases of their handlers' chunks, as (alias,
+    alias_kind, chunk_id): `GET /login` (kind endpoint) and `/login` (endpoint_path) for each
+    ROUTES_TO edge whose handler has a chunk. Sorted, without repeats."""
+    by_id = {n["node_id"]: n for n in nodes}
+    out: set[tuple[str, str, str]] = set()
+    for r in relations:
+        src, dst = by_id.get(r["src_id"]), by_id.get(r["dst_id"])
+        if r["rel_type"] != "ROUTES_TO" or src is None or dst is None or not dst.get("chunk_id"):
+            continue
+        out.add((src["name"], "endpoint", dst["chunk_id"]))
+        path = src["name"].partition(" ")[2]
+        if path:
+            out.add((path, "endpoint_path", dst["chunk_id"]))
+    return sorted(out)
 
 
 def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str, str]]:

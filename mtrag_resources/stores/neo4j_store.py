@@ -42,11 +42,12 @@ from mtrag_resources.core.faults import fault_point
 from mtrag_resources.core.models import GraphNode, GraphRelation
 from mtrag_resources.stores.contract import BEGIN, COMMITTED, LINKS_SOURCE, Marker
 
-ALLOWED_LABELS = ("Source", "File", "Module", "Class", "Function", "Method", "Page", "Section", "Chunk")
-ALLOWED_REL_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "MENTIONS", "IMPLEMENTS",
+ALLOWED_LABELS = ("Source", "File", "Module", "Class", "Function", "Method", "Page", "Section", "Endpoint",
+                  "Chunk")
+ALLOWED_REL_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "ROUTES_TO", "MENTIONS", "IMPLEMENTS",
                      "HAS_CHUNK")
 # relations a path query follows when the caller names none (HAS_CHUNK is bookkeeping, not a relation)
-DEFAULT_PATH_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "MENTIONS", "IMPLEMENTS")
+DEFAULT_PATH_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "ROUTES_TO", "MENTIONS", "IMPLEMENTS")
 BRIDGE_TYPES = ("MENTIONS", "IMPLEMENTS")
 DIRECTIONS = ("out", "in", "both")
 VERIFIED = "VERIFIED"

@@ -1,5 +1,5 @@
 """Code files -> parent/child chunks, per-file graph nodes and relations, and the unresolved facts
-(imports, calls, bases) that `mtrag_resources.ingest.code_graph` turns into source-level edges.
+(imports, calls, bases, web routes) that `mtrag_resources.ingest.code_graph` turns into source-level edges.
 
 The language parsers (`code_python`, `code_treesitter`) only *extract* definitions into the small
 neutral records below; everything about ids, chunks and nodes is decided here, once, so every
@@ -283,6 +283,12 @@ class _FileAssembler:
                     "base_expr": base_expr, "text": base_expr, "line": line,
                     "evidence_hash": placed[index][2].content_hash,
                 })
+        for fact in ex.routes:  # web routes (ingest/routes.py), evidenced like the imports
+            holders = [i for i, d in enumerate(defs) if d.start_line <= fact["line"] <= d.end_line]
+            evidence = placed[max(holders, key=lambda i: defs[i].start_line)][2] if holders \
+                else module_evidence(fact["line"])
+            parsed.routes.append({**fact, **common, "evidence_hash": evidence.content_hash,
+                                  "chunk_id": evidence.chunk_id})
 
     def span_of(self, d: Definition) -> tuple[int, int]:
         """A definition's character range in `text`: whole lines for ordinary code, part of a line

@@ -10,6 +10,7 @@ import warnings
 
 from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS, Definition, Extraction, first_sentence
 from mtrag_resources.ingest.chunking.windows import split_lines
+from mtrag_resources.ingest.routes import extract_routes
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Statements whose bodies still belong to the enclosing scope (conditional definitions).
@@ -89,6 +90,7 @@ class _PythonFile:
                           for node, qualname, owner in found]
         import_nodes = self.collect_calls(ex)
         ex.imports = self.imports(import_nodes)
+        ex.routes = extract_routes(self.tree, self.module_qn, self.file_path, self.lines)
         return ex
 
     # -- definitions ---------------------------------------------------------------------

@@ -44,6 +44,7 @@ class Extraction:
     module_calls: list[tuple[str, int, str]] = field(default_factory=list)
     # {imported, alias, from_module, name, kind, line, text}; see _import_fact for the meaning
     imports: list[dict] = field(default_factory=list)
+    routes: list[dict] = field(default_factory=list)  # web route facts (ingest/routes.py), Python only
     warnings: list[str] = field(default_factory=list)
     fallback: str = ""             # non-empty: the file did not parse; cut line windows instead
 
