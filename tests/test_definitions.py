@@ -104,6 +104,12 @@ def test_change_sensor_requests_only_changed_sources(tmp_path, monkeypatch):
         (tmp_path / "b" / "m.py").write_text("def f():\n    return 2\n")
         requests = sensor(dg.build_sensor_context(instance=instance))
         assert [r.partition_key for r in requests] == ["b"]
+        # one changed source: one run builds it and publishes, without publish_automation's tick
+        assert [r.job_name for r in requests] == ["build_source_and_publish"]
+        (tmp_path / "a" / "m.py").write_text("def f():\n    return 3\n")
+        requests = sensor(dg.build_sensor_context(instance=instance))
+        assert sorted(r.partition_key for r in requests) == ["a", "b"]
+        assert {r.job_name for r in requests} == {"build_source"}  # publish_automation publishes once
 
 
 @pytest.mark.integration  # a Dagster instance

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -89,17 +90,22 @@ class EmbeddingCache:
         wanted_hashes = list(dict.fromkeys(hashes))
         if not wanted_hashes:
             return []
-        wanted = pa.table({"content_hash": pa.array(wanted_hashes, type=pa.string())})
-        table = self._query(
-            fingerprint_id,
-            "SELECT DISTINCT s.content_hash FROM read_parquet($files) AS s "
-            "JOIN wanted AS w USING (content_hash)",
-            wanted,
-        )
-        if table is None:
-            return wanted_hashes
-        present = set(table.column("content_hash").to_pylist())
+        present = self._present(fingerprint_id)
         return [h for h in wanted_hashes if h not in present]
+
+    def _present(self, fingerprint_id: str) -> set[str]:
+        """Every cached hash of the fingerprint. A shard does not change once written (a unique
+        name, renamed into place), so this process reads each shard's hash column once and later
+        only the shards added since (a one-file change: one small shard), not the whole cache."""
+        d = self.fingerprint_dir(fingerprint_id)
+        for attempt in range(_READ_RETRIES):
+            with _PRESENT_LOCK:
+                known = _PRESENT.setdefault(str(d.resolve()), _ShardHashes())
+                try:
+                    return known.refresh(self.shards(fingerprint_id))
+                except FileNotFoundError:  # compacted between listing and reading: list again
+                    time.sleep(0.02 * (attempt + 1))
+        raise RuntimeError(f"embedding cache {d} kept changing while being read")
 
     def count(self, fingerprint_id: str) -> int:
         table = self._query(fingerprint_id,
@@ -172,6 +178,33 @@ class EmbeddingCache:
                         "vectors": len(keys)}
             finally:
                 fcntl.flock(lock_fh, fcntl.LOCK_UN)
+
+
+class _ShardHashes:
+    """The hash column of each shard this process read, and their union. A shard is known by its
+    path and file identity (inode, mtime, size): one replaced under the same name is read again."""
+
+    def __init__(self) -> None:
+        self.by_shard: dict[tuple, frozenset[str]] = {}
+        self.union: set[str] = set()
+
+    def refresh(self, shards: list[Path]) -> set[str]:
+        current = set()
+        for p in shards:
+            st = p.stat()
+            current.add((str(p), st.st_ino, st.st_mtime_ns, st.st_size))
+        if set(self.by_shard) - current:  # compacted (its hashes are in the new shard) or replaced
+            self.by_shard = {k: v for k, v in self.by_shard.items() if k in current}
+            self.union = set().union(*self.by_shard.values())
+        for key in sorted(current - set(self.by_shard)):
+            hashes = frozenset(pq.read_table(key[0], columns=["content_hash"]).column(0).to_pylist())
+            self.by_shard[key] = hashes
+            self.union |= hashes
+        return self.union
+
+
+_PRESENT: dict[str, _ShardHashes] = {}
+_PRESENT_LOCK = threading.Lock()
 
 
 def _vectors_to_matrix(column: pa.ChunkedArray, n: int) -> np.ndarray:
