@@ -150,6 +150,9 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
             gone.append(gone_everywhere(env, source_id, file_path))
         watch.drain()
         published = [line for line in watch.seen if line.startswith("published generation") and "(change)" in line]
+        # the watch's own seconds per batch (from its event to the published generation): the rest
+        # of each round is the file event's delivery and the server's switch to the generation
+        batch_s = [float(line.rsplit(", ", 1)[1].split()[0]) for line in published]
         out = {
             "watch_append_s": round(statistics.median(append_s), 3),
             "watch_append_p95_s": round(percentile(append_s, 95), 3),
@@ -157,6 +160,8 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
             "watch_delete_s": round(statistics.median(delete_s), 3) if delete_s else None,
             "watch_delete_rounds_s": [round(s, 3) for s in delete_s],
             "watch_deleted_everywhere": all(gone) if gone else None,
+            "watch_batch_s": round(statistics.median(batch_s), 3) if batch_s else None,
+            "watch_batch_rounds_s": batch_s,
             "watch_publish_lines": published[-3:],
             "watch_serve_rss_mb": peak_rss_mb(server.pid),
         }

@@ -61,6 +61,8 @@ NEO4J_RETRY_S = 5.0
 # A switch to a new generation that failed (a full disk, a store that will not open) is tried again
 # after this long; the loaded generation serves meanwhile.
 SWITCH_RETRY_S = 2.0
+# How often a long-lived reader looks at CURRENT (a stat): a published change is served within it.
+SWITCH_POLL_S = 0.05
 
 
 # A query whose best three hits are all farther than this (cosine, in the query's vector space) is
@@ -137,7 +139,7 @@ class ReaderCore:
             return  # the switch thread (watch_current) moves this reader
         self._switch()
 
-    def watch_current(self, interval: float = 0.2) -> None:
+    def watch_current(self, interval: float = SWITCH_POLL_S) -> None:
         """For a long-lived server: switch generations in a thread of its own that looks at
         CURRENT every `interval` seconds, so no query pays for opening a new generation; queries
         answer from the loaded one until the swap."""
@@ -804,7 +806,7 @@ class IndexReader:
         unknown `--from`/`--to`)."""
         return self._core().symbol_lookup(name, limit)
 
-    def watch_current(self, interval: float = 0.2) -> None:
+    def watch_current(self, interval: float = SWITCH_POLL_S) -> None:
         """Switch generations in a background thread (`mtrag serve` does): queries never wait for
         a new generation to open."""
         self._core().watch_current(interval)
