@@ -1,16 +1,18 @@
 """`mtrag watch`: the fast lane. One long-lived process keeps the imports, the loaded embedders
-and the Dagster instance, watches the folder sources' files (watchfiles: inotify, batched with a
-debounce so an editor's save or a `git checkout` is one batch) and applies each batch through the
-same path as `mtrag build`: the same stage functions on the changed files only (every stage reuses
-what did not change), the same gate, one publish. Each publish is an in-process Dagster run of the
-same jobs with the tag `mtrag/plane=watch`, so the UI shows the same materializations, data
-versions, code versions and check results as a batch build; only the tag tells them apart.
+and the Dagster instance, watches the folder sources' files and the git sources' refs (watchfiles:
+inotify, batched with a debounce so an editor's save or a `git checkout` is one batch; a git
+source's batch is a new commit on its ref, applied as the tree diff) and applies each batch
+through the same stage functions on the changed files only (every stage reuses what did not
+change), the same gate, one publish. A change is a fast-lane batch (fast_lane.py: the assets and
+checks invoked directly, their events recorded in the Dagster instance afterwards, runless, with
+the tag `mtrag/plane=watch`); the start-up convergence is an in-process run with the same tag.
 
-The journal (`journal.jsonl` beside the manifests) records each applied batch: the files and
-their digests, the sources, the generation published. Nothing else is needed to converge after a
-crash: a batch killed between stores leaves its sources' markers at `begin` (or its files newer
-than the published snapshot), and the first thing a (re)started watch does is the ordinary
-convergence build. SIGINT and SIGTERM stop it between batches."""
+The journal (`journal.jsonl` beside the manifests, publish/journal.py) records each applied batch:
+the files and their digests (a git source: the commit), the sources, the generation published.
+Nothing else is needed to converge after a crash: a batch killed between stores leaves its
+sources' markers at `begin` (or its files newer than the published snapshot), and the first
+thing a (re)started watch does is the ordinary convergence build. SIGINT and SIGTERM stop it
+between batches."""
 from __future__ import annotations
 
 import signal
@@ -52,16 +54,61 @@ def _taken(specs: list[SourceSpec], roots: dict[str, Path], path: Path) -> bool:
     return False
 
 
+def _git_dir(settings: Settings, spec: SourceSpec) -> Path:
+    from mtrag_resources.ingest.snapshot import open_git
+    with open_git(settings, spec) as repo:
+        return repo.control_dir.resolve()
+
+
+def _ref_file(path: Path, git_dirs: dict[str, Path]) -> bool:
+    """Is `path` where a ref moves (refs/..., HEAD, packed-refs) in a watched git folder?"""
+    for git_dir in git_dirs.values():
+        rel = _relative(path, git_dir)
+        if rel is not None and (rel in ("HEAD", "packed-refs") or rel.startswith("refs/")):
+            return True
+    return False
+
+
+def _moved_refs(settings: Settings, specs: dict[str, SourceSpec], git_dirs: dict[str, Path],
+                paths: set[Path]) -> list[str]:
+    """The git sources whose ref now names another commit than their snapshot's."""
+    from mtrag_resources.ingest.snapshot import open_git
+    moved = []
+    for sid, spec in specs.items():
+        if not any(_relative(p, git_dirs[sid]) is not None for p in paths):
+            continue
+        inventory = load_inventory(SourceLayout(settings, sid))
+        try:
+            with open_git(settings, spec) as repo:
+                commit = repo.resolve(spec.ref)
+        except Exception:  # noqa: BLE001 - a ref gone for now: the batch build reports it
+            continue
+        if inventory is None or inventory.commit != commit:
+            moved.append(sid)
+    return moved
+
+
+def _commits(settings: Settings, sources: list[str]) -> list[dict]:
+    out = []
+    for sid in sources:
+        inventory = load_inventory(SourceLayout(settings, sid))
+        out.append({"source": sid, "commit": inventory.commit if inventory else None})
+    return out
+
+
 def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: dict[str, Path],
-             generation, seconds: float, batch_id: str | None = None) -> None:
+             generation, seconds: float, batch_id: str | None = None, commits: list[dict] | None = None) -> None:
     files = []
     for sid in sources:
         inventory = load_inventory(SourceLayout(settings, sid))
         digests = {f.path: f.sha256 for f in inventory.files} if inventory else {}
         for rel in filter(None, (_relative(p, roots[sid]) for p in sorted(paths))):
             files.append({"source": sid, "file": rel, "sha256": digests.get(rel)})  # None: deleted
-    append_batch(settings, {"generation": generation, "batch": batch_id, "sources": sources, "files": files,
-                            "seconds": round(seconds, 3)})
+    entry = {"generation": generation, "batch": batch_id, "sources": sources + [c["source"] for c in commits or []],
+             "files": files, "seconds": round(seconds, 3)}
+    if commits:  # a git source's batch: the commit its ref moved to (the files are the tree diff's)
+        entry["commits"] = commits
+    append_batch(settings, entry)
 
 
 def _embedded(settings: Settings, runs: dict) -> int:
@@ -88,12 +135,17 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         unknown = sorted(set(only) - {s.id for s in specs})
         if unknown:
             raise SourceConfigError(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
-    # folder sources only (an issues source's path is an export file: `mtrag build` picks up a new one)
+    # folder sources (an issues source's path is an export file: `mtrag build` picks up a new one)
     watched = [s for s in specs if (not only or s.id in only) and s.path and s.kind != "issues"]
-    if not watched:
-        raise SourceConfigError("nothing to watch: `mtrag watch` follows folder sources (`path:`); "
-                                f"these are pinned sdists: {[s.id for s in specs if s.pip_sdist]}")
+    # git sources: a new commit on the ref (refs, HEAD, packed-refs change under the git folder)
+    git_watched = [s for s in specs if (not only or s.id in only) and s.git is not None and not s.error]
+    if not watched and not git_watched:
+        raise SourceConfigError("nothing to watch: `mtrag watch` follows folder sources (`path:`) and git "
+                                "sources (`git:` + `ref:`); the others are pinned sdists or issue exports: "
+                                f"{[s.id for s in specs]}")
     roots = {s.id: spec_root(settings, s).resolve() for s in watched}
+    git_dirs = {s.id: _git_dir(settings, s) for s in git_watched}
+    git_by_id = {s.id: s for s in git_watched}
     stop = stop or threading.Event()
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
@@ -128,7 +180,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             _fast(paths, why, t0)
             return
         targets, removed = changed_sources(settings, specs, None)
-        targets = [t for t in targets if t in roots] if paths else targets
+        targets = [t for t in targets if t in roots or t in git_by_id] if paths else targets
         if not targets and (paths or not (removed or publish_pending(settings))):
             converge_next["pending"] = False
             return
@@ -146,6 +198,9 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         """The changed files' sources through the fast lane (fast_lane.py): no run, lineage after."""
         from mtrag_assets.fast_lane import record, run_batch
         targets = [s.id for s in watched if any(_taken([s], roots, p) for p in paths)]
+        targets += _moved_refs(settings, git_by_id, git_dirs, paths)
+        if not targets:  # a git folder's own bookkeeping (objects, index, logs): no ref moved
+            return
         try:
             batch = run_batch(settings, specs, targets, log=lambda line: None)
         except Exception as exc:  # noqa: BLE001 - the next batch converges through a run
@@ -156,7 +211,8 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         seconds = time.perf_counter() - t0
         generation = (load_current(settings.manifest_dir) or {}).get("generation")
         embedded = sum(int(getattr(meta.get("embedded"), "value", 0) or 0) for meta in batch.metadata_of("embedding_cache"))
-        _journal(settings, batch.targets, paths, roots, generation, seconds, batch.batch_id)
+        _journal(settings, [t for t in batch.targets if t in roots], paths, roots, generation, seconds,
+                 batch.batch_id, commits=_commits(settings, [t for t in batch.targets if t in git_by_id]))
         log(f"published generation {generation} ({why}): sources {', '.join(batch.targets) or '-'}, "
             f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
         t1 = time.perf_counter()
@@ -172,16 +228,23 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     armed = False
     # An empty batch every second (yield_on_timeout): the first one says the watcher is armed,
     # so a change saved before that is caught by one more convergence pass, not lost.
-    for changes in watchfiles.watch(*roots.values(), debounce=debounce_ms, step=50, stop_event=stop,
+    # watchfiles' default filter drops everything under `.git`: where a watched ref moves
+    default_filter = watchfiles.DefaultFilter()
+
+    def keep(change, path: str) -> bool:
+        return _ref_file(Path(path), git_dirs) or default_filter(change, path)
+
+    for changes in watchfiles.watch(*roots.values(), *git_dirs.values(), watch_filter=keep, debounce=debounce_ms, step=50, stop_event=stop,
                                     rust_timeout=1000, yield_on_timeout=True, raise_interrupt=False):
         if stop.is_set():
             break
         if not armed:
             armed = True
             apply(set(), "start")
-            log(f"watching {', '.join(f'{sid} ({root})' for sid, root in roots.items())}; Ctrl-C stops")
+            log(f"watching {', '.join(f'{sid} ({root})' for sid, root in {**roots, **git_dirs}.items())}; "
+                "Ctrl-C stops")
         paths = {Path(p) for _, p in changes}
-        if any(_taken(watched, roots, p) for p in paths):
+        if any(_taken(watched, roots, p) for p in paths) or any(_ref_file(p, git_dirs) for p in paths):
             apply(paths, "change")
         elif converge_next["pending"]:  # a failed fast batch: converge through a run, now
             apply(set(), "retry")

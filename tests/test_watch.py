@@ -182,3 +182,51 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
         dg.AssetCheckKey(dg.AssetKey("qdrant_collection"), "qdrant_marker_committed"), limit=20,
         partition_filter=PartitionKeyFilter(key="shop"))
     assert any(e.run_id in batches and e.status.value == "SUCCEEDED" for e in check), [(e.run_id, e.status) for e in check]
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+                              "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_watch_follows_a_git_ref_new_commits_publish_uncommitted_edits_do_not(tmp_path, monkeypatch, neo4j_uri):
+    from tests.conftest import _point_env_at, _wipe_neo4j
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "calc.py").write_text('def add(a, b):\n    """Add two numbers."""\n    return a + b\n')
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "first")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  - {{id: calc, kind: code, git: {repo}, ref: main, include: ['pkg/**/*.py']}}\n")
+    _point_env_at(monkeypatch, tmp_path / "home", sources, neo4j_uri)
+    _wipe_neo4j(neo4j_uri)
+    env = dict(os.environ)
+    env.pop("MTRAG_FAULT", None)
+    watch = Watch(env)
+    try:
+        watch.wait_for("published generation 1 (start)")
+        watch.wait_for("watching")
+        calc = repo / "pkg" / "calc.py"
+        # an uncommitted edit is not the ref's tree: nothing is published for it
+        calc.write_text(calc.read_text() + '\n\ndef uncommitted(x):\n    return x\n')
+        time.sleep(2)
+        assert generation() == 1 and not files_of("pkg.calc.uncommitted")
+        # a commit on the ref is: the new function is found, with the new commit's sha
+        calc.write_text(calc.read_text() + '\n\ndef committed_later(x):\n    """Committed while watched."""\n    return x\n')
+        _git(repo, "commit", "-q", "-am", "second")
+        sha = _git(repo, "rev-parse", "HEAD")
+        until("the committed function", lambda: files_of("pkg.calc.committed_later") == {"pkg/calc.py"}, watch)
+        hits = [h for h in query("pkg.calc.committed_later")["hits"] if h["symbol"] == "pkg.calc.committed_later"]
+        assert hits[0]["commit_sha"] == sha
+        line = watch.wait_for("published generation")
+        assert "sources calc" in line, line
+        assert watch.stop() == 0, watch.output()
+    finally:
+        watch.stop()
+    from mtrag_resources.core.config import Settings
+    journal = [json.loads(line) for line in (Settings.from_env().manifest_dir / "journal.jsonl").read_text().splitlines()]
+    assert {"source": "calc", "commit": sha} in journal[-1]["commits"]

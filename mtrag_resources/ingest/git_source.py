@@ -85,6 +85,12 @@ class GitRepository:
             raise GitError(f"{self.path} is not a readable git repository: {exc}") from None
         self._store = self._repo.object_store
 
+    @property
+    def control_dir(self) -> Path:
+        """The folder holding refs, HEAD and objects (`.git`, or a bare repository itself): where
+        a new commit on a ref shows (`mtrag watch` watches it)."""
+        return Path(self._repo.controldir())
+
     def close(self) -> None:
         self._repo.close()
 
