@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "a whole doc section may be pasted in")
     p.add_argument("--json", action="store_true", help="print the answer as JSON (the HTTP API's shape)")
     p.add_argument("--k", type=int, default=10, metavar="N", help=f"number of hits, 1 to {MAX_K}")
-    p.add_argument("--kind", choices=list(KINDS), help="only code chunks or only doc chunks (default: both)")
+    p.add_argument("--kind", choices=list(KINDS), help="only chunks of sources of this kind: code, docs or issues (default: every kind)")
     p.add_argument("--mode", choices=list(MODES), default="hybrid",
                    help="hybrid: dense + lexical + exact fused; dense: vectors only; lexical: FTS only; "
                         "exact: identifier lookup only; bundles: hybrid plus per-file bundles")

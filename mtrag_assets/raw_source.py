@@ -19,11 +19,15 @@ from mtrag_assets.resources import MtragResource
 def raw_source(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.MaterializeResult:
     """Snapshot of one source: every included file with size, sha256 and language, the git commit
     when the source is a folder in a git work tree (a pip sdist names its pin instead), and the
-    files skipped with their reason (binary, too large, symlink leaving the root). A `git:` source
-    is the tree at its ref's commit, read from git objects (`ref`, `commit`, and how it was read:
-    `git_scan`, `git_changed_paths`, `git_blobs_read`). File bytes are copied into the CAS, so
-    later stages read this snapshot. Data version = digest of the inventory."""
+    files skipped with their reason (binary, too large, symlink leaving the root; a docs source's
+    PDF without text - scanned, encrypted, unreadable - also in `skipped_documents` and as a
+    warning in the run log). A `git:` source is the tree at its ref's commit, read from git objects
+    (`ref`, `commit`, and how it was read: `git_scan`, `git_changed_paths`, `git_blobs_read`). File
+    bytes are copied into the CAS, so later stages read this snapshot (a PDF's original bytes too).
+    Data version = digest of the inventory."""
     settings = mtrag.settings()
     result = build_raw_source(settings, mtrag.spec(context.partition_key))
+    for warning in result.metadata.get("skip_warnings", []):  # a PDF that gives no text
+        context.log.warning(warning)
     files = [f.__dict__ for f in result.value.files]
     return materialize_result(result, {"sample": sample_table(files, ["path", "language", "size", "status", "reason"])})

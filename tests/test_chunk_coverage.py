@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from mtrag_resources.core.models import stable_id
 from mtrag_resources.ingest.chunking.code import chunk_code
 from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS
-from mtrag_resources.ingest.chunking.docs import chunk_doc
+from mtrag_resources.ingest.chunking.docs import _parse_html, chunk_doc
+from mtrag_resources.ingest.chunking.pdf import chunk_pdf_text, pdf_units
+from mtrag_resources.ingest.pdf import OutlineEntry, PdfText
 from mtrag_resources.ingest.chunking.windows import CHAR_OVERLAP, WINDOW_MAX_CHARS
 from tests.test_properties import STABLE, TEXTS, python_module
 
@@ -162,6 +164,111 @@ def test_every_byte_of_a_doc_is_in_a_child(doc, max_tokens):
 @given(text=TEXTS, fmt=st.sampled_from(["markdown", "rst", "text"]), max_tokens=st.sampled_from([16, 256]))
 def test_every_byte_of_any_doc_text_is_in_a_child(text, fmt, max_tokens):
     assert_covered(text, chunk_doc("d", "guide/page.x", text, fmt, max_tokens=max_tokens), code=False)
+
+
+# ------------------------------------------------------------------------------ extracted text (HTML, PDF)
+# An HTML file's searchable text is what the parser extracts (tags, scripts and boilerplate gone,
+# entities decoded) and a PDF's is its text layer: every word of it must be in some child.
+
+def words_not_in_children(extracted: str, chunks) -> list[str]:
+    texts = [c.text for c in chunks if c.role == "child"]
+    gaps = []
+    for word in extracted.split():
+        pos = 0
+        while pos < len(word):
+            k = _prefix_in(word[pos:], texts)
+            if not k:
+                gaps.append(word[pos:pos + 80])
+                break
+            pos += k
+    return gaps
+
+
+DROPPED = ("<script>var dropped_s = 1;</script>", "<style>.dropped_c { x: 1 }</style>",
+           "<nav><a href='#'>dropped_n</a></nav>", "<footer><p>dropped_f</p></footer>",
+           "<div role='navigation'><div>dropped_r</div></div>")
+
+
+@st.composite
+def long_html(draw):
+    """An HTML page: headings h1-h6 (some empty sections), paragraphs with entities, inline code and
+    line breaks, <pre> blocks, lists, long lines; and blocks that are dropped (scripts, styles,
+    navigation, footers), whose words (`dropped_*`) must be in no chunk."""
+    blocks, word = [], 0
+    for b in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["heading", "heading", "para", "para", "pre", "list", "long", "dropped"]))
+        if kind == "heading":
+            level = draw(st.integers(1, 6))
+            blocks.append(f"<h{level}>Head{b} &amp; co</h{level}>")
+        elif kind == "pre":
+            lines = "\n".join(f"call_{b}_{i}(x) &lt; {i}" for i in range(draw(st.integers(1, 30))))
+            blocks.append(f"<pre><code>{lines}\n</code></pre>")
+        elif kind == "list":
+            blocks.append("<ul>" + "".join(f"<li>item{word + i}</li>" for i in range(draw(st.integers(1, 8)))) + "</ul>")
+            word += 8
+        elif kind == "long":
+            n = draw(st.integers(50, 800))
+            blocks.append("<p>" + (" ".join(f"word{word + i}." for i in range(n)) if draw(st.booleans())
+                                   else "".join(f"x{word + i}" for i in range(n))) + "</p>")
+            word += n
+        elif kind == "dropped":
+            blocks.append(draw(st.sampled_from(DROPPED)))
+        else:
+            n = draw(st.integers(1, 40))
+            parts = [f"w{word + i}" + ("." if i % 7 == 6 else "") for i in range(n)]
+            if n > 3:
+                parts[1] = f"<code>ident_{word}</code>"
+                parts[2] = f"caf&eacute;{word}<br>"
+            blocks.append("<p>" + " ".join(parts) + "</p>")
+            word += n
+    return "<html><head><title>T</title></head><body>\n" + "\n".join(blocks) + "\n</body></html>\n"
+
+
+@COVER
+@given(html=long_html(), max_tokens=st.sampled_from([16, 64, 256]))
+def test_every_byte_of_an_html_files_text_is_in_a_child(html, max_tokens):
+    extracted = _parse_html(html)[0]
+    pf = chunk_doc("d", "site/page.html", html, "html", max_tokens=max_tokens)
+    assert not words_not_in_children(extracted, pf.chunks), words_not_in_children(extracted, pf.chunks)[:5]
+    assert "dropped_" not in extracted and not any("dropped_" in c.text for c in pf.chunks)
+    assert "&amp;" not in extracted and "&eacute;" not in extracted  # entities decoded
+    assert len({c.chunk_id for c in pf.chunks}) == len(pf.chunks)
+
+
+@st.composite
+def pdf_text(draw):
+    """A PDF's text layer: pages of numbered words (some empty, some with long lines), an outline
+    whose titles are on their page, missing from it, or repeated."""
+    pages, word = [], 0
+    for _ in range(draw(st.integers(1, 8))):
+        lines = []
+        for _ in range(draw(st.integers(0, 30))):
+            n = draw(st.integers(1, 60))
+            lines.append(" ".join(f"p{word + i}" for i in range(n)))
+            word += n
+        pages.append("\n".join(lines))
+    outline = []
+    for i in range(draw(st.integers(0, 6))):
+        page = draw(st.integers(0, len(pages) - 1))
+        present = draw(st.booleans()) and pages[page]
+        title = pages[page].split()[draw(st.integers(0, len(pages[page].split()) - 1))] if present else f"Chapter {i}"
+        outline.append(OutlineEntry(title, draw(st.integers(1, 3)), page))
+    return PdfText(pages, sorted(outline, key=lambda e: e.page))
+
+
+@COVER
+@given(pdf=pdf_text(), max_tokens=st.sampled_from([16, 64, 256]))
+def test_every_byte_of_a_pdfs_text_layer_is_in_a_child_of_its_page(pdf, max_tokens):
+    pf = chunk_pdf_text("d", "docs/m.pdf", pdf, "0" * 64, max_tokens=max_tokens)
+    kids = [c for c in pf.chunks if c.role == "child"]
+    for number, text in enumerate(pdf.pages, start=1):
+        on_page = [c for c in kids if c.page == number]
+        assert not words_not_in_children(text, on_page), (number, words_not_in_children(text, on_page)[:5])
+    work, _, page_of = pdf_units(pdf)
+    for c in kids:  # a child's text is on its page alone
+        start = work.index(c.text)
+        assert page_of(start) == page_of(start + len(c.text) - 1) == c.page
+    assert len({c.chunk_id for c in pf.chunks}) == len(pf.chunks)
 
 
 @settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow], **STABLE)

@@ -168,7 +168,7 @@ def test_help_states_every_option_its_default_and_limits():
 
     text = help_of("query")
     for part in (f"1 to {MAX_K} (default: 10)", f"{MAX_QUERY_BYTES} bytes of UTF-8 (16 KB)", "(default: hybrid)",
-                 "--kind {code,docs}", "--debug", "--json", "--source ID", "repeatable, at most 50", *MODES):
+                 "--kind {code,docs,issues}", "--debug", "--json", "--source ID", "repeatable, at most 50", *MODES):
         assert part in text, (part, text)
     text = help_of("paths")
     for part in ("1 to 6 hops (default: 4)", "default: CALLS", "(default: out)", "--to", "--json",

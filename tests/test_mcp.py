@@ -77,7 +77,7 @@ def test_three_tools_with_documented_schemas_and_limits():
     assert (search["properties"]["k"]["minimum"], search["properties"]["k"]["maximum"]) == (1, 100)
     assert search["properties"]["query"]["maxLength"] == 16 * 1024
     assert set(search["properties"]["mode"]["enum"]) == {"hybrid", "dense", "lexical", "exact", "bundles"}
-    assert set(search["properties"]["kind"]["enum"]) == {"code", "docs"}
+    assert set(search["properties"]["kind"]["enum"]) == {"code", "docs", "issues"}
     paths = by_name["paths"].input_schema
     assert paths["required"] == ["from"] and set(paths["properties"]) == {"from", "to", "rel", "direction", "max_hops"}
     assert (paths["properties"]["max_hops"]["minimum"], paths["properties"]["max_hops"]["maximum"]) == (1, 6)

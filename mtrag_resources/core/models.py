@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from mtrag_resources.core.scripts import script_of
 
-SOURCE_KINDS = ("code", "docs")
+SOURCE_KINDS = ("code", "docs", "issues")
 
 
 def sha256_hex(data: bytes | str) -> str:
@@ -64,11 +64,21 @@ class Chunk:
     ref: str = ""            # a git source's ref as the spec names it (branch, tag or sha); "" otherwise
     graph_ids: list[str] = field(default_factory=list)
     script: str = ""         # "cjk": embedded by the multilingual embedder too (core/scripts.py)
-    # Code children: what the embedder reads instead of `text` (ingest/embed_text.py), in the CAS
-    # like `text` and never in a row; `embed_hash` is its sha256 ("": the vector is text's).
+    # Code children: what the embedder reads instead of `text` (ingest/embed_text.py; an issue's
+    # passage: its issue's title and state, then the text, ingest/issues.py), in the CAS like `text`
+    # and never in a row; `embed_hash` is its sha256 ("": the vector is text's).
     embed_text: str = ""
     embed_hash: str = ""
     declaration: bool = False  # code without an implementation (`@overload`, abstract, Protocol stub)
+    # PDF documents: the 1-based page the chunk's text is on (a child's whole text is on that page;
+    # a parent's is its section's first page); 0 for every other file. start_line/end_line of a PDF
+    # chunk count lines of the extracted text (ingest/chunking/pdf.py).
+    page: int = 0
+    # Issue-tracker exports (ingest/issues.py): the issue's key (`owner/repo#12`, `#12`, `PROJ-12`)
+    # and its state (GitHub `open` / `closed`, a Jira status name) on each of its chunks; "" otherwise.
+    # start_line/end_line of an issue's chunk count lines of its body or of its comment.
+    issue_key: str = ""
+    state: str = ""
 
     def finalize(self) -> "Chunk":
         self.content_hash = sha256_hex(self.text)
@@ -83,7 +93,9 @@ class Chunk:
 @dataclass
 class GraphNode:
     """A canonical entity. label is one of Source, File, Module, Class, Function, Method, Page, Section,
-    Endpoint (a web route: name and qualified_name `METHOD /path`, chunk_id its handler's chunk)."""
+    Endpoint (a web route: name and qualified_name `METHOD /path`, chunk_id its handler's chunk),
+    Issue (an issue or pull request of a tracker export: name `#12` / `PROJ-12`, qualified_name its
+    key, chunk_id its parent chunk, `properties` its fields)."""
 
     node_id: str
     label: str
@@ -95,6 +107,9 @@ class GraphNode:
     end_line: int = 0
     chunk_id: str = ""       # the chunk that holds this entity's text, if any
     content_hash: str = ""
+    # A JSON object of the label's own properties, projected into Neo4j beside the ones above (Issue:
+    # key, number, title, state, labels, author, created_at, updated_at, closed_at, url, ...); "" none.
+    properties: str = ""
 
 
 @dataclass
@@ -103,7 +118,7 @@ class GraphRelation:
     unambiguously; otherwise INFERRED with `candidates` (qualified names)."""
 
     rel_id: str
-    rel_type: str            # CONTAINS, DEFINES, IMPORTS, INHERITS, CALLS, ROUTES_TO, MENTIONS, IMPLEMENTS
+    rel_type: str            # CONTAINS, DEFINES, IMPORTS, INHERITS, CALLS, ROUTES_TO, MENTIONS, IMPLEMENTS, REFERENCES
     src_id: str
     dst_id: str
     confidence: str = "VERIFIED"
@@ -119,7 +134,7 @@ class GraphRelation:
 @dataclass
 class DocReference:
     """A reference a doc makes to code, kept for cross-source resolution.
-    ref_kind: role (:func:`x`), directive (.. autofunction:: x), backtick (`x` / ``x``), code_span."""
+    ref_kind: role (:func:`x`), directive (.. autofunction:: x), backtick (`x` / ``x``), code_span, file (a file path an issue names: ingest/issues.py)."""
 
     chunk_id: str
     file_path: str

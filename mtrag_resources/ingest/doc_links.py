@@ -1,9 +1,12 @@
 """Resolve the references docs make (roles, autodoc directives, code spans) against the symbols of
 every code source: exact qualified names, re-exports (`from .core import Group` in a package's
 `__init__`), the `currentmodule` context, members inherited through INHERITS, then dotted
-suffixes. One candidate is VERIFIED; several stay INFERRED with their candidates."""
+suffixes. One candidate is VERIFIED; several stay INFERRED with their candidates. A file path an
+issue names (`ref_kind` "file") resolves to the File nodes of code sources with that path, or whose
+path ends with it (`stores/fts_store.py`, `fts_store.py`)."""
 from __future__ import annotations
 
+import posixpath
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -20,12 +23,26 @@ class SymbolIndex:
     by_short: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))
     exports: dict[str, str] = field(default_factory=dict)            # "pkg.Name" -> "pkg.mod.Name"
     bases: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # class qn -> base qns
+    files: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))  # file path -> File nodes
+    file_names: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))  # basename -> File nodes
 
     def add_nodes(self, nodes: list[GraphNode]) -> None:
         for n in nodes:
             if n.label in CODE_LABELS:
                 self.by_qn[n.qualified_name].append(n)
                 self.by_short[n.name].append(n)
+            elif n.label == "File":
+                self.files[n.qualified_name].append(n)
+                self.file_names[posixpath.basename(n.qualified_name)].append(n)
+
+    def file(self, path: str) -> list[GraphNode]:
+        """File nodes whose path is `path`, else those whose path ends with `/path`."""
+        path = path.strip().lstrip("/").removeprefix("./")
+        if not path:
+            return []
+        if path in self.files:
+            return self.files[path]
+        return [n for n in self.file_names.get(posixpath.basename(path), []) if n.qualified_name.endswith("/" + path)]
 
     def add_relations(self, nodes_by_id: dict[str, GraphNode], relations: list[GraphRelation]) -> None:
         for r in relations:
@@ -82,6 +99,8 @@ def clean_target(target: str) -> str:
 
 
 def resolve_reference(index: SymbolIndex, ref: DocReference) -> list[GraphNode]:
+    if ref.ref_kind == "file":
+        return _unique(index.file(ref.target))
     target = clean_target(ref.target)
     if not target or not all(part.isidentifier() for part in target.split(".")):
         return []

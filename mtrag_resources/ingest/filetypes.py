@@ -12,6 +12,7 @@ CODE_LANGUAGES = {
 DOC_FORMATS = {
     ".md": "markdown", ".markdown": "markdown", ".myst": "markdown",
     ".rst": "rst", ".html": "html", ".htm": "html", ".txt": "text",
+    ".pdf": "pdf",  # binary: its text layer is read in docs sources only (ingest/pdf.py)
 }
 
 

@@ -28,12 +28,12 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.ingest import filetypes
 from mtrag_resources.ingest.filetypes import classify
 from mtrag_resources.ingest.globs import matches_any
-from mtrag_resources.ingest.inventory import ALWAYS_EXCLUDED_DIRS, SNIFF_BYTES, TOO_LARGE, FileEntry, Inventory, \
-    _literal_prefix, _reachable
+from mtrag_resources.ingest.inventory import ALWAYS_EXCLUDED_DIRS, BINARY, SNIFF_BYTES, TOO_LARGE, FileEntry, \
+    Inventory, _literal_prefix, _reachable, binary_rule
+from mtrag_resources.ingest.pdf import NOT_IN_DOCS, PDF_LANGUAGE
 
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 BAD_REF_RE = re.compile(r"\.\.|//|@\{|[\x00-\x20\x7f~^:?*\[\\]")  # git check-ref-format's forbidden parts
-BINARY = "binary file (NUL byte in the first 8 KiB)"
 SUBMODULE = "git submodule (gitlink) not followed"
 SYMLINK = "symlink not followed (a git source indexes committed files)"
 BAD_PATH = "path is not UTF-8"
@@ -222,25 +222,28 @@ class ScanStats:
     changes: dict = field(default_factory=dict)
 
 
-def origin_key(repo_path: Path, ref: str, include, exclude, max_file_bytes: int, repository: str) -> str:
-    """What, beside the commit, a git snapshot depends on (the file types mtrag reads too: a diff
-    keeps the entries of unchanged paths as they were classified): a snapshot taken with another
-    key is listed afresh (its blobs' hashes are still reused)."""
+def origin_key(repo_path: Path, ref: str, include, exclude, max_file_bytes: int, repository: str,
+               kind: str = "code") -> str:
+    """What, beside the commit, a git snapshot depends on (the file types mtrag reads too, and the
+    source's kind, which decides whether a PDF is read: a diff keeps the entries of unchanged paths
+    as they were classified): a snapshot taken with another key is listed afresh (its blobs'
+    hashes are still reused)."""
     types = sorted({**filetypes.CODE_LANGUAGES, **{k: f"doc:{v}" for k, v in filetypes.DOC_FORMATS.items()}}.items())
     doc = f"{CODE_VERSIONS['raw_source']}\0{Path(repo_path).resolve()}\0{ref}\0{list(include)}\0{list(exclude)}" \
-          f"\0{max_file_bytes}\0{repository}\0{types}"
+          f"\0{max_file_bytes}\0{repository}\0{types}\0{kind}"
     return hashlib.sha256(doc.encode()).hexdigest()[:24]
 
 
 def scan_git(source_id: str, repo: GitRepository, ref: str, include, exclude, max_file_bytes: int,
              repository: str, previous: Inventory | None = None,
-             keep: Callable[[bytes, str], object] | None = None) -> tuple[Inventory, ScanStats]:
+             keep: Callable[[bytes, str], object] | None = None, kind: str = "code") -> tuple[Inventory, ScanStats]:
     """The snapshot of `ref`'s commit: an inventory whose entries carry their blob sha. With the
     previous snapshot of the same origin: the same commit returns it as it is; a moved ref diffs
     the two trees and reads only the changed paths' blobs. `keep(bytes, sha256)` is called with each blob
-    read for an included file (raw_source puts them into the CAS)."""
+    read for an included file (raw_source puts them into the CAS). `kind` is the source's (a docs
+    source reads PDFs: inventory.binary_rule)."""
     commit = repo.resolve(ref)
-    key = origin_key(repo.path, ref, include, exclude, max_file_bytes, repository)
+    key = origin_key(repo.path, ref, include, exclude, max_file_bytes, repository, kind)
     stats = ScanStats()
     same_origin = previous is not None and previous.origin == key and bool(previous.commit)
     if same_origin and previous.commit == commit:
@@ -249,7 +252,7 @@ def scan_git(source_id: str, repo: GitRepository, ref: str, include, exclude, ma
     known = {f.blob: f for f in previous.files if f.blob} if previous is not None else {}
 
     def entry(path: str, mode: int, blob: str) -> FileEntry:
-        return _entry(repo, path, mode, blob, max_file_bytes, known, stats, keep)
+        return _entry(repo, path, mode, blob, max_file_bytes, known, stats, keep, kind)
 
     if same_origin and repo.has_commit(previous.commit):
         stats.mode = "diff"
@@ -277,7 +280,7 @@ def scan_git(source_id: str, repo: GitRepository, ref: str, include, exclude, ma
 
 
 def _entry(repo: GitRepository, path: str, mode: int, blob: str, max_file_bytes: int, known: dict,
-           stats: ScanStats, keep) -> FileEntry:
+           stats: ScanStats, keep, source_kind: str = "code") -> FileEntry:
     kind = classify(path)
     category, language = kind if kind else ("", "")
 
@@ -292,25 +295,34 @@ def _entry(repo: GitRepository, path: str, mode: int, blob: str, max_file_bytes:
         return skipped(SYMLINK)
     if not kind:
         return skipped("unsupported file type")
+    is_pdf = language == PDF_LANGUAGE
+    if is_pdf and source_kind != "docs":
+        return skipped(NOT_IN_DOCS)  # unread, like a folder source's
     prev = known.get(blob)
-    if prev is not None and (prev.sha256 or prev.reason == BINARY):
-        size, sha, reason, binary = prev.size, prev.sha256, prev.reason, prev.reason == BINARY
+    # The same blob seen before (a rename, a copy, an unchanged path): its verdict holds, the text
+    # rule's and the PDF rule's alike (a PDF's verdict only for a PDF path).
+    if prev is not None and (prev.sha256 or prev.reason == BINARY) and (prev.language == PDF_LANGUAGE) == is_pdf:
+        size, sha, status, reason = prev.size, prev.sha256, prev.status, prev.reason
         data = None
     else:
         data = repo.read(blob)
         stats.blobs_read += 1
-        size, binary = len(data), b"\0" in data[:SNIFF_BYTES]
-        sha = "" if binary else hashlib.sha256(data).hexdigest()
-        reason = ""
-        if not binary:
+        size = len(data)
+        if size > max_file_bytes:
+            return skipped(f"{TOO_LARGE} ({size} > {max_file_bytes})", size)
+        status, reason = binary_rule(language, source_kind, data[:SNIFF_BYTES], lambda: data) or ("ok", "")
+        sha = "" if reason == BINARY else hashlib.sha256(data).hexdigest()
+        if status == "ok" and not is_pdf:
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError as exc:
                 reason = f"invalid UTF-8 at byte {exc.start}; decoded with replacement characters"
     if size > max_file_bytes:
         return skipped(f"{TOO_LARGE} ({size} > {max_file_bytes})", size)
-    if binary:
+    if reason == BINARY:
         return skipped(BINARY, size)
+    if status == "skipped":  # a PDF without text: its hash keeps the verdict for this blob
+        return FileEntry(path, size, 0, sha, category, language, "skipped", reason, blob=blob)
     if data is not None and keep is not None:
         keep(data, sha)
     return FileEntry(path, size, 0, sha, category, language, "ok", reason, blob=blob)

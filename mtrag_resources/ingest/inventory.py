@@ -11,8 +11,9 @@ import stat
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
+from mtrag_resources.ingest import pdf
 from mtrag_resources.ingest.filetypes import classify
 from mtrag_resources.ingest.globs import matches_any
 
@@ -20,6 +21,7 @@ ALWAYS_EXCLUDED_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", 
                         ".pytest_cache", ".tox", ".hg", ".svn"}
 SNIFF_BYTES = 8192
 TOO_LARGE = "larger than max_file_bytes"  # the skip reason's start; raw_source lists these
+BINARY = "binary file (NUL byte in the first 8 KiB)"
 
 
 @dataclass
@@ -126,7 +128,9 @@ def _reachable(rel_dir: str, prefixes: list[tuple[str, ...]]) -> bool:
 
 
 def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
-         previous: Inventory | None = None) -> Inventory:
+         previous: Inventory | None = None, kind: str = "code") -> Inventory:
+    """The inventory of a folder. `kind` is the source's: a docs source takes PDFs (binary files
+    whose text pypdf extracts; `binary_rule`), any other skips them as binary."""
     root = Path(root).resolve()
     cache = {f.path: f for f in previous.files} if previous else {}
     files: list[FileEntry] = []
@@ -135,11 +139,29 @@ def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
         # the maintainer expected to be indexed.
         if (not walk_reason and not matches_any(rel, include)) or matches_any(rel, exclude):
             continue
-        files.append(_entry(root, rel, full, walk_reason, max_file_bytes, cache.get(rel)))
+        files.append(_entry(root, rel, full, walk_reason, max_file_bytes, cache.get(rel), kind))
     return Inventory(source_id=source_id, root=str(root), commit=git_commit(root), files=files)
 
 
-def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, cached) -> FileEntry:
+def binary_rule(language: str, kind: str, head: bytes, read: Callable[[], bytes]) -> tuple[str, str] | None:
+    """The binary rule of folder and git sources alike: ("skipped", reason) for a file mtrag does
+    not read as text, ("ok", "") for a PDF of a docs source that has text, None for any other file
+    (then read as text). A NUL byte in the first 8 KiB (`head`) is a binary file, skipped, except
+    that a PDF is binary by nature: a docs source reads its text layer (`read()` gives its bytes;
+    a scanned, encrypted or unreadable one is skipped with ingest.pdf's reason), any other source
+    skips it unread."""
+    if language == pdf.PDF_LANGUAGE:
+        if kind != "docs":
+            return "skipped", pdf.NOT_IN_DOCS
+        reason = pdf.skip_reason(read())
+        return ("skipped", reason) if reason else ("ok", "")
+    if b"\0" in head[:SNIFF_BYTES]:
+        return "skipped", BINARY
+    return None
+
+
+def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, cached,
+           source_kind: str = "code") -> FileEntry:
     kind = classify(rel)
     category, language = kind if kind else ("", "")
 
@@ -166,14 +188,28 @@ def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, c
         return skipped("unsupported file type", st.st_size, st.st_mtime_ns)
     if st.st_size > max_file_bytes:
         return skipped(f"{TOO_LARGE} ({st.st_size} > {max_file_bytes})", st.st_size, st.st_mtime_ns)
+    if language == pdf.PDF_LANGUAGE and source_kind != "docs":
+        return skipped(pdf.NOT_IN_DOCS, st.st_size, st.st_mtime_ns)  # unread: no text taken from it
     if cached and cached.size == st.st_size and cached.mtime_ns == st.st_mtime_ns and cached.sha256:
         return FileEntry(rel, st.st_size, st.st_mtime_ns, cached.sha256, category, language,
                          cached.status, cached.reason)
     with open(full, "rb") as fh:
         head = fh.read(SNIFF_BYTES)
-    if b"\0" in head:
-        return skipped("binary file (NUL byte in the first 8 KiB)", st.st_size, st.st_mtime_ns)
-    data = full.read_bytes()
+    data: bytes | None = None
+
+    def read() -> bytes:
+        nonlocal data
+        data = full.read_bytes() if data is None else data
+        return data
+
+    verdict = binary_rule(language, source_kind, head, read)
+    if verdict is not None and verdict[1] == BINARY:
+        return skipped(BINARY, st.st_size, st.st_mtime_ns)
+    if verdict is not None:  # a PDF of a docs source: its bytes' hash keeps the verdict while unchanged
+        status, reason = verdict
+        return FileEntry(rel, st.st_size, st.st_mtime_ns, hashlib.sha256(read()).hexdigest(), category,
+                         language, status, reason)
+    data = read()
     reason = ""
     try:
         data.decode("utf-8")

@@ -3,13 +3,15 @@
 changed blobs), so change detection runs it before Dagster or a model loads."""
 from __future__ import annotations
 
+import hashlib
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import SourceLayout, spec_root
-from mtrag_resources.ingest.inventory import FileEntry, Inventory, scan
+from mtrag_resources.ingest.inventory import TOO_LARGE, FileEntry, Inventory, git_commit, scan
 from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 
 if TYPE_CHECKING:  # dulwich is imported where a git source is read (folder-only builds never load it)
@@ -37,14 +39,16 @@ def scan_source(settings: Settings, spec: SourceSpec, keep: Callable[[bytes, str
             try:
                 inventory, taken = scan_git(spec.id, repo, spec.ref, spec.include, spec.exclude,
                                             spec.max_file_bytes, spec.repository or str(repo.path.resolve()),
-                                            previous=load_inventory(layout), keep=keep)
+                                            previous=load_inventory(layout), keep=keep, kind=spec.kind)
             except GitError as exc:
                 raise SourceConfigError(f"{_where(settings, spec)}: {exc}") from None
         if stats is not None:
             stats.__dict__.update(taken.__dict__)
         return inventory
+    if spec.kind == "issues":  # one export file (ingest/issues.py)
+        return scan_export(settings, spec, load_inventory(layout))
     inventory = scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
-                     previous=load_inventory(layout))
+                     previous=load_inventory(layout), kind=spec.kind)
     if spec.pip_sdist:
         inventory.commit = ""
     return inventory
@@ -75,7 +79,11 @@ def open_git(settings: Settings, spec: SourceSpec) -> Iterator["GitRepository"]:
 def source_problem(settings: Settings, spec: SourceSpec) -> str | None:
     """Why this source cannot be built now, or None: a git entry with both `path` and `git` or no
     `ref`, a `git:` that is no repository, a ref that names no commit. Reads no file (the ref only),
-    so a build checks every source before it starts and builds the others."""
+    so a build checks every source before it starts and builds the others. An issues source's
+    export file is read and parsed (`export_problem`): missing, unreadable, too large, not JSON,
+    not the shape of a GitHub or Jira export."""
+    if spec.kind == "issues" and spec.git is None and not spec.error:
+        return export_problem(settings, spec)
     if spec.git is None and not spec.error:
         return None
     from mtrag_resources.ingest.git_source import GitError
@@ -99,3 +107,67 @@ def snapshot_files(settings: Settings, spec: SourceSpec, inventory: Inventory) -
         return
     root = Path(inventory.root)
     yield lambda entry: (root / entry.path).read_bytes()
+
+
+# ------------------------------------------------------------------ issue-tracker exports
+
+def _where_export(settings: Settings, spec: SourceSpec) -> str:
+    return f"{settings.sources_file}: source id={spec.id!r}: path {spec.path!r}"
+
+
+def _export_file_problem(path: Path, max_file_bytes: int) -> str | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return f"no such file ({path})"
+    except OSError as exc:
+        return f"unreadable ({path}): {exc.strerror or exc}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"is a folder ({path}); an issues source's path names one export file"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({path})"
+    if st.st_size > max_file_bytes:
+        return f"{TOO_LARGE} ({st.st_size} > {max_file_bytes}); raise this source's max_file_bytes"
+    return None
+
+
+def scan_export(settings: Settings, spec: SourceSpec, previous: Inventory | None = None) -> Inventory:
+    """An issues source's snapshot: its one export file (category `issues`, path its file name,
+    the inventory's root its folder), hashed unless its stat is the previous snapshot's. A file
+    that cannot be read raises SourceConfigError naming the entry (its content is checked by
+    `export_problem`, before a build, and parsed by cas_chunks)."""
+    path = spec_root(settings, spec)
+    why = _export_file_problem(path, spec.max_file_bytes)
+    if why:
+        raise SourceConfigError(f"{_where_export(settings, spec)}: {why}")
+    st = path.stat()
+    cached = next((f for f in previous.files if f.path == path.name), None) \
+        if previous and previous.root == str(path.parent) else None
+    if cached and cached.status == "ok" and cached.size == st.st_size and cached.mtime_ns == st.st_mtime_ns:
+        digest = cached.sha256
+    else:
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise SourceConfigError(f"{_where_export(settings, spec)}: unreadable ({path}): "
+                                    f"{exc.strerror or exc}") from None
+    entry = FileEntry(path.name, st.st_size, st.st_mtime_ns, digest, "issues", "json", "ok")
+    return Inventory(source_id=spec.id, root=str(path.parent), commit=git_commit(path.parent), files=[entry])
+
+
+def export_problem(settings: Settings, spec: SourceSpec) -> str | None:
+    """Why an issues source's export file cannot be built now (one line naming the entry and the
+    file), or None: missing, a folder, too large, unreadable, not UTF-8 JSON, not a GitHub or Jira
+    export (ingest/issues.py)."""
+    from mtrag_resources.ingest.issues import check_export
+    try:
+        path = spec_root(settings, spec)
+    except SourceConfigError as exc:
+        return str(exc)
+    why = _export_file_problem(path, spec.max_file_bytes)
+    if why is None:
+        try:
+            why = check_export(path.read_bytes())
+        except OSError as exc:
+            why = f"unreadable ({path}): {exc.strerror or exc}"
+    return f"{_where_export(settings, spec)}: {why}" if why else None

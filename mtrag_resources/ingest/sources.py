@@ -5,7 +5,9 @@ source's origin is one of `path` (a folder), `pip_sdist` (a pinned sdist) or `gi
 repository at the commit a branch, tag or sha names; ingest/git_source.py). A malformed file or
 entry refuses the whole file; what is wrong with a git entry's origin (`path` and `git` both given,
 no `ref`; later: not a repository, a ref that does not exist) is that source's error alone
-(`SourceSpec.error`, `snapshot.source_problem`): the other sources still build."""
+(`SourceSpec.error`, `snapshot.source_problem`): the other sources still build. An issues source
+(`kind: issues`) reads one export file, `path: FILE` (ingest/issues.py); a missing, unreadable or
+malformed export is likewise that source's error alone."""
 from __future__ import annotations
 
 import re
@@ -86,7 +88,7 @@ def validate_roots(specs: list[SourceSpec], sources_file: Path) -> None:
     """Missing local paths are an error naming the entry (sdists are checked when fetched)."""
     base = Path(sources_file).resolve().parent
     for spec in specs:
-        if spec.path is not None:
+        if spec.path is not None and spec.kind != "issues":  # an export file: snapshot.source_problem
             root = spec.root(Path("/nonexistent"), base)
             if not root.is_dir():
                 raise SourceConfigError(
@@ -118,9 +120,14 @@ def _parse_entry(path: Path, i: int, entry: object) -> SourceSpec:
     if has_path and not isinstance(entry["path"], str):
         raise SourceConfigError(f"{where}: path must be a string")
     globs, max_bytes = _common_fields(where, entry)
+    error = f"{where}: {ISSUES_NEED_PATH} not 'pip_sdist'" if kind == "issues" and has_sdist else ""
     return SourceSpec(id=sid, kind=kind, path=entry.get("path"), pip_sdist=sdist,
                       include=globs["include"], exclude=globs["exclude"], max_file_bytes=max_bytes,
-                      repository=str(entry.get("repository", "")))
+                      repository=str(entry.get("repository", "")), error=error)
+
+
+# An issues source's origin is one export file (ingest/issues.py).
+ISSUES_NEED_PATH = "an issues source reads one export file: give 'path' (a GitHub or Jira JSON export),"
 
 
 KNOWN_KEYS = {"id", "kind", "path", "pip_sdist", "git", "ref", "include", "exclude", "max_file_bytes", "repository"}
@@ -151,7 +158,9 @@ def _parse_git_entry(where: str, entry: dict, sid: str, kind: str) -> SourceSpec
     git, ref = entry.get("git"), entry.get("ref")
     others = [k for k in ("path", "pip_sdist") if k in entry]
     error = ""
-    if others:
+    if kind == "issues":
+        error = f"{ISSUES_NEED_PATH} not 'git'"
+    elif others:
         error = f"give exactly one of 'path', 'pip_sdist' or 'git' (this entry has 'git' and {others[0]!r})"
     elif not isinstance(git, str) or not git.strip():
         error = f"git must be the path of a local repository, got {git!r}"

@@ -56,9 +56,9 @@ def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id:
         try:
             inventory = scan_source(settings, spec)
         except SourceConfigError:
-            if spec.git is None and not spec.error:
+            if spec.git is None and not spec.error and spec.kind != "issues":
                 raise
-            changed.append(spec.id)  # a broken git entry: the build names it, and builds the others
+            changed.append(spec.id)  # a broken git entry or export file: the build names it, and builds the others
             continue
         state = read_state(SourceLayout(settings, spec.id))
         if inventory.digest != entry.get("snapshot_digest") or state.get("generation") != entry.get("chunk_generation"):
@@ -68,8 +68,9 @@ def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id:
 
 def source_problems(settings: Settings, specs: list[SourceSpec]) -> dict[str, str]:
     """{source id: why it cannot be built now} (a git entry with both `path` and `git`, a `git:`
-    that is no repository, a ref that names no commit; each message names the entry). A build
-    leaves these out and builds the others."""
+    that is no repository, a ref that names no commit, an issues source whose export file is
+    missing, unreadable or no GitHub / Jira export; each message names the entry). A build leaves
+    these out and builds the others."""
     return {spec.id: why for spec in specs if (why := source_problem(settings, spec))}
 
 

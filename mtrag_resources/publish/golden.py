@@ -44,7 +44,7 @@ DEFAULT_MAX_DROP = 0.05
 # The reader's query modes and kinds (mtrag_resources.serving.requests; publish may not import
 # serving, a unit test holds the two lists equal).
 MODES = ("hybrid", "dense", "lexical", "exact", "bundles")
-KINDS = ("code", "docs")
+KINDS = ("code", "docs", "issues")
 MAX_K = 100
 _EPS = 1e-9
 

@@ -1,6 +1,6 @@
-"""The doc -> code bridge of a query: published MENTIONS / IMPLEMENTS edges from the doc hits, and
-for doc hits with no edge, identifiers resolved through exact aliases (proposals, appended to a
-log the links stage reads; never written into the live generation)."""
+"""The doc -> code bridge of a query: published MENTIONS / IMPLEMENTS edges from the doc hits (docs
+and issues), and for doc hits with no edge, identifiers resolved through exact aliases (proposals,
+appended to a log the links stage reads; never written into the live generation)."""
 from __future__ import annotations
 
 import json
@@ -18,6 +18,9 @@ BRIDGE_CAP = 12
 # Doc hits whose edges are followed, best first: a lower-ranked doc hit is about something else.
 BRIDGE_DOC_HITS = 3
 CONFIDENCE_ORDER = {"VERIFIED": 0, "INFERRED": 1, "PROPOSED": 2}
+# The hits whose text is prose about code: docs, and issues (an issue's body and comments name the
+# code they are about as docs do; cross_source_links resolves both the same way).
+PROSE_KINDS = ("docs", "issues")
 QUERY_TITLE = "(the query)"
 
 
@@ -36,7 +39,7 @@ def doc_to_code_bridge(neo, fts, manifest: dict, hits: list[dict], state: GateSt
     entries = [_entry(QUERY_TITLE, 0, "", row, "MENTIONS", "VERIFIED",
                       {"matched_text": row.get("symbol"), "in": "query"}, "query")
                for row in (query_code or [])]
-    doc_hits = [h for h in hits if h["source_kind"] == "docs"]
+    doc_hits = [h for h in hits if h["source_kind"] in PROSE_KINDS]
     if query_code and _is_pasted(query_text):
         # A pasted doc section that names code: only its own passages' edges (doc hits whose text
         # is inside the query) are about it; other doc hits add noise.

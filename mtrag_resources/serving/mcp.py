@@ -71,7 +71,7 @@ SEARCH = types.Tool(
             "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 10,
                   "description": f"How many hits to return, best first: 1 to {MAX_K} (default 10)."},
             "kind": {"type": "string", "enum": list(KINDS),
-                     "description": "Only hits from sources of this kind: `code` or `docs` (default: both)."},
+                     "description": "Only hits from sources of this kind: `code`, `docs` or `issues` (default: every kind)."},
             "mode": {"type": "string", "enum": list(MODES), "default": "hybrid",
                      "description": "Which channels answer: `hybrid` (dense + full-text + exact, the default), "
                                     "`dense` (embeddings only), `lexical` (full-text only), `exact` (identifier "

@@ -6,7 +6,7 @@ Written out as a plain dict and kept in sync with `serving/results.py` by a unit
 JSON keys, and its `required` with the keys `to_dict()` always writes) and with `serving/http.py`
 by a contract test that drives the running server with generated requests (schemathesis).
 Result objects allow additional properties: `to_dict()` keeps keys a class does not name yet
-(`commit_sha`, `page`) after the named ones."""
+after the named ones."""
 from __future__ import annotations
 
 import copy
@@ -103,7 +103,14 @@ SCHEMAS: dict[str, dict] = {
                  "commit_sha": _S | {"description": "Git sources: the commit of the published snapshot."},
                  "repository": _S | {"description": "Git sources: the repository (its path, or the source's "
                                                     "`repository`)."},
-                 "ref": _S | {"description": "Git sources: the ref the source names (branch, tag or sha)."}},
+                 "ref": _S | {"description": "Git sources: the ref the source names (branch, tag or sha)."},
+                 "page": {"type": "integer", "minimum": 1,
+                          "description": "PDF documents: the 1-based page the hit's text is on (absent for "
+                                         "other hits)."},
+                 "issue_key": _S | {"description": "Issue-tracker exports: the hit's issue (`owner/repo#12`, "
+                                                   "`#12`, `PROJ-12`; absent for other hits)."},
+                 "state": _S | {"description": "Issue-tracker exports: the issue's state (`open`, `closed`, a "
+                                               "Jira status; absent for other hits)."}},
                 ["rank", "chunk_id", "source_id", "source_kind", "file_path", "start_line", "end_line", "symbol",
                  "title", "text", "score", "cosine", "channels", "parent"]),
     "BridgeEntry": _obj({"from_chunk_id": _S, "from_title": _NS, "from_rank": _I, "symbol": _NS, "file_path": _NS,

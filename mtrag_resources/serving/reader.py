@@ -604,7 +604,10 @@ class ReaderCore:
                 "title": row.get("title", ""), "text": row.get("text", ""), "score": round(score, 6),
                 "cosine": None if cosine is None else round(cosine, 6),
                 "channels": {c: {"rank": v["rank"], "score": round(v["score"], 6)} for c, v in per_channel.items()},
-                "parent": None, "parent_id": row.get("parent_id")}
+                "parent": None, "parent_id": row.get("parent_id"),
+                **({"page": int(row["page"])} if row.get("page") else {}),  # a PDF's chunk: its 1-based page
+                # an issue's chunk: the issue's key and its state (a closed issue is found, and says so)
+                **({"issue_key": row["issue_key"], "state": row.get("state") or ""} if row.get("issue_key") else {})}
 
     def _name_commits(self, hits: list[dict]) -> None:
         """A git source's hits name the snapshot the generation published: its `commit_sha`,

@@ -22,8 +22,10 @@ def render_query(result: dict) -> str:
         out.append("  low confidence: no hit is close to the query")
     for h in result["hits"]:
         chans = ", ".join(f"{c}#{v['rank']}" for c, v in h["channels"].items())
-        where = f"{h['source_id']}:{h['file_path']}:{h['start_line']}-{h['end_line']}"
-        out.append(f"  {h['rank']:>2}. {h['symbol'] or h['title']}  [{where}]  ({chans})")
+        where = f"{h['source_id']}:{h['file_path']}:" + (f"p. {h['page']}" if h.get("page")  # a PDF's page
+                                                         else f"{h['start_line']}-{h['end_line']}")
+        label = f"{h['title']} [{h['state']}]" if h.get("issue_key") else h["symbol"] or h["title"]  # an issue
+        out.append(f"  {h['rank']:>2}. {label}  [{where}]  ({chans})")
         out.append(_first_lines(h["text"]))
     for b in result.get("bridge", []):
         origin = b.get("from_title") or b["from_chunk_id"][:8]
@@ -42,10 +44,11 @@ def render_paths(result: dict) -> str:
     result = _as_dict(result)
     out = [f"generation {result['generation']}  paths from {result['from']!r}" + (f" to {result['to']!r}" if result.get("to") else "")]
     for p in result["paths"]:
-        steps = [p["nodes"][0]["qualified_name"]]
+        steps = [p["nodes"][0]["qualified_name"] or p["nodes"][0]["name"]]
         for e, n in zip(p["edges"], p["nodes"][1:]):
             ev = e.get("evidence") or {}
-            steps.append(f"-[{e['type']} {ev.get('file', '')}:{ev.get('start_line', '')}]-> {n['qualified_name']}")
+            # a chunk node (an issue's comment, say) has a name, no qualified name
+            steps.append(f"-[{e['type']} {ev.get('file', '')}:{ev.get('start_line', '')}]-> {n['qualified_name'] or n['name']}")
         out.append("  " + " ".join(steps))
     if not result["paths"]:
         out.append("  (no verified path)")

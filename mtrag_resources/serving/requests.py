@@ -5,8 +5,9 @@ from mtrag_resources.core.errors import MtragError
 
 MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("fts",),
          "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
-KINDS = ("code", "docs")
-PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS", "ROUTES_TO")
+KINDS = ("code", "docs", "issues")
+PATH_RELATIONS = ("CALLS", "INHERITS", "IMPORTS", "DEFINES", "CONTAINS", "MENTIONS", "IMPLEMENTS", "ROUTES_TO",
+                  "REFERENCES")
 # what a paths request follows when it names no relation: calls, and from a web endpoint
 # (`GET /login`) to its handler (ROUTES_TO leaves Endpoint nodes only)
 DEFAULT_PATH_RELATIONS = ("CALLS", "ROUTES_TO")

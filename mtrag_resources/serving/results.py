@@ -176,14 +176,17 @@ class Parent(_Result):
 class Hit(_Result):
     """One hit of an answer, best first.
 
-    `rank` (1-based), `chunk_id`, `source_id`, `source_kind` (`code` | `docs`), `file_path`
+    `rank` (1-based), `chunk_id`, `source_id`, `source_kind` (`code` | `docs` | `issues`), `file_path`
     (relative to the source root), `start_line`-`end_line`, `symbol` (qualified name, code) and
     `title`, the chunk's `text`, the fused `score` (weighted reciprocal rank fusion), `cosine` (the
     query's cosine to the chunk in its vector space, None when no dense channel ran), `channels`
     (channel name -> its `ChannelRank`: `dense`, `fts`, `exact`) and `parent` (a `Parent` or
     None). A hit of a git source also names the published snapshot it comes from: `commit_sha`
     (the commit the source's ref named when it was built), `repository` and `ref` (absent, None,
-    for other sources)."""
+    for other sources). A hit of a PDF document has its `page` (1-based; the hit's whole text is on
+    that page); absent (None) for every other hit. A hit of an issue-tracker export (`source_kind`
+    `issues`) names its issue: `issue_key` (`owner/repo#12`, `#12`, `PROJ-12`) and `state` (`open`,
+    `closed`, a Jira status); absent (None) for other hits."""
 
     rank: int
     chunk_id: str
@@ -202,6 +205,9 @@ class Hit(_Result):
     commit_sha: str | None = _key(optional=True)
     repository: str | None = _key(optional=True)
     ref: str | None = _key(optional=True)
+    page: int | None = _key(optional=True)
+    issue_key: str | None = _key(optional=True)
+    state: str | None = _key(optional=True)
     extra: dict = field(default_factory=dict)
 
 

@@ -1,5 +1,6 @@
 """canonical_graph: entities and typed, directed relations with evidence for one source, plus
-the references its docs make (resolved across sources by cross_source_links)."""
+the references its docs and issues make (resolved across sources by cross_source_links). An
+issues source's graph is its Issue nodes (CONTAINS their chunks, REFERENCES between issues)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -12,6 +13,9 @@ from mtrag_resources.stores.tables import write_rows
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import StageResult, digest_file, timed
 from mtrag_resources.core.layout import SourceLayout
+
+
+CHUNK_NODE_PREFIX = "chunk:"  # a chunk's node in the graph (stores/neo4j_store.chunk_node_id)
 
 
 def source_node_id(source_id: str) -> str:
@@ -27,7 +31,7 @@ def assemble_graph(spec: SourceSpec, parsed_files) -> tuple[list[GraphNode], lis
     for _path, parsed in parsed_files:
         for n in parsed.nodes:
             nodes.setdefault(n.node_id, n)
-            if n.label in ("File", "Page"):
+            if n.label in ("File", "Page", "Issue"):
                 rel = GraphRelation(rel_id=stable_id("CONTAINS", source_node.node_id, n.node_id),
                                     rel_type="CONTAINS", src_id=source_node.node_id, dst_id=n.node_id,
                                     evidence_file=n.file_path, evidence_start=n.start_line,
@@ -49,7 +53,9 @@ def assemble_graph(spec: SourceSpec, parsed_files) -> tuple[list[GraphNode], lis
     for r in relations.values():
         r.source_id = spec.id
     # Drop relations whose ends are not in this source's graph (e.g. an import of a stdlib module).
-    kept = [r for r in relations.values() if r.src_id in nodes and r.dst_id in nodes]
+    # An Issue CONTAINS its child chunks: those ends are the chunk nodes the same parse made.
+    kept = [r for r in relations.values() if r.src_id in nodes and (r.dst_id in nodes or (
+        r.rel_type == "CONTAINS" and r.dst_id.startswith(CHUNK_NODE_PREFIX) and nodes[r.src_id].label == "Issue"))]
     for ref in references:
         ref.source_id = spec.id
     return list(nodes.values()), kept, references

@@ -22,6 +22,8 @@ from mtrag_resources.core.atomic import write_bytes_atomic
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.ingest.chunking.code import chunk_code
 from mtrag_resources.ingest.chunking.docs import chunk_doc
+from mtrag_resources.ingest.issues import IssueExportError, chunk_issue_export
+from mtrag_resources.ingest.chunking.pdf import chunk_pdf
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
@@ -29,14 +31,24 @@ from mtrag_resources.stores.tables import _schema_for, write_table
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, update_state
+from mtrag_resources.ingest.pdf import PDF_LANGUAGE, PdfSkip, is_pdf_skip
 from mtrag_resources.ingest.snapshot import load_inventory
 
 DOC_MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length; larger models may raise it
 
 
-def parse_file(source_id: str, path: str, category: str, language: str, text: str) -> ParsedFile:
+def parse_file(source_id: str, path: str, category: str, language: str, text: str | bytes) -> ParsedFile:
+    """A file's chunks and facts. A PDF is parsed from its bytes (raises ingest.pdf.PdfSkip when it
+    gives no text); every other file from its text."""
     if category == "code":
         return chunk_code(source_id, path, text, language)
+    if category == "issues":  # an issue-tracker export (ingest/issues.py); a build checks it first
+        try:
+            return chunk_issue_export(source_id, path, text, max_tokens=DOC_MAX_TOKENS)
+        except IssueExportError as exc:
+            raise IssueExportError(f"source {source_id!r}: {path}: {exc}") from None
+    if language == PDF_LANGUAGE:
+        return chunk_pdf(source_id, path, text, max_tokens=DOC_MAX_TOKENS)
     return chunk_doc(source_id, path, text, language, max_tokens=DOC_MAX_TOKENS)
 
 
@@ -130,13 +142,19 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
                 index[entry.path] = old
                 kept.add(entry.path)
                 continue
-            parsed = parse_file(spec.id, entry.path, entry.category, entry.language, cas.get_text(entry.sha256))
+            pdf = entry.language == PDF_LANGUAGE
+            content = cas.get_bytes(entry.sha256) if pdf else cas.get_text(entry.sha256)
+            skipped = ""
+            try:
+                parsed = parse_file(spec.id, entry.path, entry.category, entry.language, content)
+            except PdfSkip as skip:  # the inventory's probe read a page; the whole file gives none
+                parsed, skipped = ParsedFile(warnings=[f"{entry.path}: skipped: {skip.reason}"]), skip.reason
             key = _facts_key(entry.path, entry.sha256, entry.category)
             facts = {k: [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x for x in getattr(parsed, k)]
                      for k in _GRAPH_FACTS}
             write_bytes_atomic(_facts_file(layout, key), gzip.compress(json.dumps(facts).encode(), 3))
             index[entry.path] = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
-                                 "key": key, "warnings": parsed.warnings}
+                                 "key": key, "warnings": parsed.warnings, **({"skipped": skipped} if skipped else {})}
             new_rows.extend(_chunk_rows(parsed, spec, cas))
         table = _assemble(_kept_rows(layout, kept), new_rows, spec, inventory)
         rows = table.to_pylist()
@@ -146,6 +164,10 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             {"code_version": CODE_VERSIONS["cas_chunks"], "files": index}).encode())
         _remove_unused_facts(layout, {e["key"] for e in index.values()})
     warnings = [w for path in sorted(index) for w in index[path]["warnings"]]
+    # Documents that give no text (a scanned, encrypted or unreadable PDF): the snapshot's, and any
+    # this stage found with no text on any page; none of them has a chunk.
+    skipped_docs = {f.path: f.reason for f in inventory.skipped if is_pdf_skip(f.reason)}
+    skipped_docs.update((path, e["skipped"]) for path, e in sorted(index.items()) if e.get("skipped"))
     reparsed = len(index) - len(kept)
     generation = chunk_set_generation(rows)
     update_state(layout, generation=generation)
@@ -160,6 +182,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "declarations": sum(bool(r["declaration"]) for r in rows),    # demoted below implementations
         "files_parsed": reparsed,
         "files_reused": len(kept),
+        "skipped_documents": dict(sorted(skipped_docs.items())[:50]),
         "warnings": warnings[:50],
         "warning_count": len(warnings),
         "generation": generation,

@@ -45,6 +45,8 @@ def chunk_set_generation(chunk_rows: list[dict]) -> str:
                  f"{r['start_line']}\0{r['end_line']}\n".encode())
         if r.get("embed_hash"):  # what the vector embeds, when not the text (ingest/embed_text.py)
             h.update(f"e{r['embed_hash']}\n".encode())
+        if r.get("page"):  # a PDF chunk's page is in its payload and FTS row: a moved page is a change
+            h.update(f"p{r['page']}\n".encode())
     return h.hexdigest()[:24]
 
 

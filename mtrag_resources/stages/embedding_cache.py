@@ -1,7 +1,8 @@
 """embedding_cache: one vector per (embedder fingerprint, text hash) for a source's child chunks;
 only hashes the cache lacks are embedded. A code child's vector embeds its embedding text
-(`embed_hash`, ingest/embed_text.py), every other child's its text (`content_hash`); the
-multilingual embedder embeds CJK children's texts by content hash."""
+(`embed_hash`, ingest/embed_text.py; an issue's passage: its issue's title and state, then its text),
+every other child's its text (`content_hash`); the multilingual embedder embeds CJK children's
+texts by content hash."""
 from __future__ import annotations
 
 from mtrag_resources.stores.cas import ContentStore

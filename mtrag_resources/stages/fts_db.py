@@ -1,7 +1,8 @@
 """fts_db: a source's chunks in SQLite FTS5 (trigram + CJK bigram indexes), its exact aliases and
 its parent rows for hydration, replaced in one transaction under a generation marker. Besides the
 chunk rows' standard aliases, each web endpoint of the canonical graph (`GET /login`, `/login`)
-is an alias of its handler's chunk."""
+is an alias of its handler's chunk, and each issue of an issues source (`#12`, `owner/repo#12`,
+`PROJ-12`) of its first body passage."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts
-from mtrag_resources.stores.fts_query import derive_aliases, endpoint_aliases
+from mtrag_resources.stores.fts_query import derive_aliases, endpoint_aliases, issue_aliases
 from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
@@ -29,15 +30,17 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
         rows = read_rows(layout.chunks)
         chunk_ids = {r["chunk_id"] for r in rows}  # a graph older than the chunks names none of theirs
         endpoints = [a for a in _endpoint_aliases(layout) if a[2] in chunk_ids]
+        issues = issue_aliases(rows)  # an issues source's keys (`#12`, `owner/repo#12`, `PROJ-12`)
         input_sha = digest_json([[r["chunk_id"], r["content_hash"], r["start_line"], r["end_line"]] for r in rows]
-                                + ([["endpoints", endpoints]] if endpoints else []))
+                                + ([["endpoints", endpoints]] if endpoints else [])
+                                + ([["issues", issues, [r.get("state") for r in rows]]] if issues else []))
         store = open_fts(settings)
         try:
             if not store.holds(spec.id, generation, input_sha):  # texts only when something is written
                 for r in rows:
                     r["text"] = cas.get_text(r["content_hash"])
-            # standard aliases (fts_query.derive_aliases), and the endpoints' where the source has some
-            aliases = _with_endpoints(rows, spec.id, endpoints) if endpoints else None
+            # standard aliases (fts_query.derive_aliases), and the endpoints' and issues' where the source has some
+            aliases = _with_endpoints(rows, spec.id, endpoints + issues) if endpoints or issues else None
             stats = store.write_source(spec.id, generation, input_sha, rows, aliases)
             marker = store.marker(spec.id)
         finally:

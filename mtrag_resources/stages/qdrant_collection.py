@@ -20,7 +20,14 @@ PAYLOAD_FIELDS = ("source_id", "chunk_id", "parent_id", "title", "summary", "loc
 
 
 def payload_for(row: dict) -> dict:
-    return {k: row.get(k, False) if k == "declaration" else row[k] for k in PAYLOAD_FIELDS}
+    """A point's payload: PAYLOAD_FIELDS, and `page` for a chunk of a PDF (its 1-based page; the key
+    is absent on every other point, so their payloads, and digests, stay as they were)."""
+    payload = {k: row.get(k, False) if k == "declaration" else row[k] for k in PAYLOAD_FIELDS}
+    if row.get("page"):
+        payload["page"] = int(row["page"])
+    if row.get("issue_key"):  # a chunk of an issue-tracker export: its issue's key and state
+        payload.update(issue_key=row["issue_key"], state=row.get("state") or "")
+    return payload
 
 
 def _points(fingerprint_id: str, rows: list[dict], key=vector_hash) -> list[dict]:

@@ -11,6 +11,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.git_source import ScanStats
 from mtrag_resources.ingest.snapshot import scan_source, snapshot_files
 from mtrag_resources.ingest.inventory import TOO_LARGE
+from mtrag_resources.ingest.pdf import ENCRYPTED, is_pdf_skip
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -49,6 +50,17 @@ def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:
         "skipped_too_large": {f.path: f.size for f in sorted(
             (f for f in skipped if f.reason.startswith(TOO_LARGE)), key=lambda f: -f.size)[:50]},
         "warnings": {f.path: f.reason for f in included if f.reason}  ,
+        # Documents meant to be read that give no text (a scanned, encrypted or unreadable PDF of a
+        # docs source): named with their reason however many binaries were skipped; `skip_warnings`
+        # are the lines the asset logs for them (`mtrag build` prints them).
+        "skipped_documents": dict([(f.path, f.reason) for f in skipped if is_pdf_skip(f.reason)][:50]),
+        "skip_warnings": [_skip_warning(f.path, f.reason) for f in skipped if is_pdf_skip(f.reason)][:50],
         "inventory_digest": inventory.digest,
     })
     return StageResult(data_version=inventory.digest, metadata=meta, value=inventory)
+
+
+def _skip_warning(path: str, reason: str) -> str:
+    if reason == ENCRYPTED:
+        return f"{path}: skipped: encrypted PDF (it cannot be opened without a password; not indexed)"
+    return f"{path}: skipped: {reason} (not indexed)"

@@ -312,11 +312,15 @@ def short_symbol(symbol_norm: str) -> str:
 
 ISSUE_KEY_RE = re.compile(r"\b[A-Z][A-Z0-9]{1,9}-[0-9]{1,7}\b")
 ALIAS_KINDS = ("symbol", "short_symbol", "file_path", "basename", "graph_id", "source_id",
-               "title", "issue_key", "endpoint", "endpoint_path")
-# Order in which exact() reports hits of different kinds for the same query.
+               "title", "issue_key", "endpoint", "endpoint_path", "issue")
+# Order in which exact() reports hits of different kinds for the same query. `issue` (an issue's own
+# key, `#12`, at its first body passage) first: its other chunks have the key as their `symbol`, and
+# chunks that mention a key (`issue_key`) come later.
 ALIAS_KIND_RANK = {k: i for i, k in enumerate(
-    ("symbol", "endpoint", "file_path", "graph_id", "issue_key", "source_id", "short_symbol", "basename",
+    ("issue", "symbol", "endpoint", "file_path", "graph_id", "issue_key", "source_id", "short_symbol", "basename",
      "endpoint_path", "title"))}
+# Source kinds whose symbols are not dotted code names (a heading path, an issue key): no short_symbol.
+_NOT_CODE_KINDS = ("docs", "issues")
 _FILE_ANCHOR_TYPES = ("file", "module", "page", "document")
 _MAX_TITLE_ALIAS = 200
 
@@ -338,11 +342,33 @@ def endpoint_aliases(nodes: list[dict], relations: list[dict]) -> list[tuple[str
     return sorted(out)
 
 
+def issue_aliases(rows: list[dict]) -> list[tuple[str, str, str]]:
+    """The issues of an issue-tracker source as exact aliases, (alias, "issue", chunk_id): each
+    issue's key (`owner/repo#12`, `PROJ-12`) and, for GitHub, `#12`, anchored at the issue's first
+    body passage (a child: it is searched, so an exact hit also gets its cosine and FTS rank, and its
+    parent, the issue's overview with its state, comes with it). Rows without `issue_key`: none."""
+    first: dict[str, tuple] = {}
+    for i, r in enumerate(rows):
+        key = r.get("issue_key") or ""
+        if not key or r.get("role") != "child":
+            continue
+        rank = (r.get("chunk_type") != "issue_body", int(r.get("start_line") or 0), i)
+        if key not in first or rank < first[key][0]:
+            first[key] = (rank, r["chunk_id"])
+    out: set[tuple[str, str, str]] = set()
+    for key, (_rank, chunk_id) in first.items():
+        out.add((key, "issue", chunk_id))
+        head, sep, number = key.rpartition("#")
+        if sep and head and number.isdigit():
+            out.add((f"#{number}", "issue", chunk_id))
+    return sorted(out)
+
+
 def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str, str]]:
     """The standard aliases of a chunk set, as (alias, alias_kind, chunk_id):
 
     * symbol (qualified) for every row with a symbol; short_symbol (last dotted part) for code
-      rows (source_kind != 'docs') whose symbol is qualified;
+      rows (source_kind neither 'docs' nor 'issues') whose symbol is qualified;
     * title for rows whose title differs from the symbol (<= 200 chars);
     * file_path and basename once per file, anchored at the file's chunk (chunk_type file/module/
       page/document, else a row without parent, else the first row by line);
@@ -364,7 +390,7 @@ def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str
         sym = (r.get("symbol") or "").strip()
         if sym:
             out.append((sym, "symbol", cid))
-            if r.get("source_kind") != "docs":
+            if r.get("source_kind") not in _NOT_CODE_KINDS:
                 short = short_symbol(normalize_alias(sym))
                 if short:
                     out.append((sym.replace("::", ".").replace("#", ".").rsplit(".", 1)[-1],

@@ -5,7 +5,9 @@ things interpolated into query text, and only after validation against the allow
 bounds are ints); every user string (names, ids, source ids, generations) goes as a parameter.
 
 Model:
-- every entity node has the label `Entity` plus its specific label; `node_id` is unique.
+- every entity node has the label `Entity` plus its specific label; `node_id` is unique. An `Issue`
+  node (an issue-tracker export's issue) also carries its own properties (`ISSUE_FIELDS`: key,
+  number, title, state, labels, author, dates, url, is_pull_request, issue_type).
 - one `:Chunk:Entity` node per chunk (`node_id = "chunk:" + chunk_id`, no text), linked
   `(entity)-[:HAS_CHUNK]->(chunk)` for each entity whose `chunk_id` matches.
 - relationships are identified by `rel_id` (and their type and endpoints) and carry confidence +
@@ -30,6 +32,7 @@ Model:
 from __future__ import annotations
 
 from hashlib import blake2b as _blake2b
+import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -43,11 +46,12 @@ from mtrag_resources.core.models import GraphNode, GraphRelation
 from mtrag_resources.stores.contract import BEGIN, COMMITTED, LINKS_SOURCE, Marker
 
 ALLOWED_LABELS = ("Source", "File", "Module", "Class", "Function", "Method", "Page", "Section", "Endpoint",
-                  "Chunk")
+                  "Issue", "Chunk")
 ALLOWED_REL_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "ROUTES_TO", "MENTIONS", "IMPLEMENTS",
-                     "HAS_CHUNK")
+                     "REFERENCES", "HAS_CHUNK")
 # relations a path query follows when the caller names none (HAS_CHUNK is bookkeeping, not a relation)
-DEFAULT_PATH_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "ROUTES_TO", "MENTIONS", "IMPLEMENTS")
+DEFAULT_PATH_TYPES = ("CONTAINS", "DEFINES", "IMPORTS", "INHERITS", "CALLS", "ROUTES_TO", "MENTIONS", "IMPLEMENTS",
+                      "REFERENCES")
 BRIDGE_TYPES = ("MENTIONS", "IMPLEMENTS")
 DIRECTIONS = ("out", "in", "both")
 VERIFIED = "VERIFIED"
@@ -62,6 +66,11 @@ NODE_FIELDS = ("node_id", "name", "qualified_name", "file_path", "start_line", "
                "content_hash")
 CHUNK_FIELDS = ("node_id", "chunk_id", "role", "chunk_type", "file_path", "symbol", "title", "start_line",
                 "end_line", "parent_id", "name")
+# An Issue node's own properties (GraphNode.properties, ingest/issues.py), after NODE_FIELDS; a
+# missing one is null (not set).
+ISSUE_FIELDS = ("key", "number", "title", "state", "labels", "author", "created_at", "updated_at", "closed_at",
+                "url", "is_pull_request", "issue_type")
+_LABEL_FIELDS = {"Issue": ISSUE_FIELDS}
 REL_FIELDS = ("rel_id", "confidence", "candidates", "evidence_file", "evidence_start", "evidence_end",
               "evidence_hash", "evidence_text", "source_id")  # after src_id, dst_id
 
@@ -118,6 +127,26 @@ def check_hops(max_hops: int, hard_max_hops: int) -> int:
     return min(max_hops, hard_max_hops)
 
 
+def _label_values(label: str, node: GraphNode) -> list:
+    """The values of a node's label-specific properties (`_LABEL_FIELDS`), from its `properties`
+    JSON: strings, numbers, booleans, lists of strings; anything else is left out (null)."""
+    try:
+        props = json.loads(node.properties) if node.properties else {}
+    except ValueError:
+        raise ValueError(f"node {node.node_id!r}: properties are not JSON") from None
+    if not isinstance(props, dict):
+        raise ValueError(f"node {node.node_id!r}: properties are not a JSON object")
+    out = []
+    for name in _LABEL_FIELDS[label]:
+        v = props.get(name)
+        if isinstance(v, list):
+            v = [str(x) for x in v if isinstance(x, (str, int, float))]
+        elif not isinstance(v, (str, int, float, bool)):
+            v = None
+        out.append(v)
+    return out
+
+
 def _digest(kind: str, row: list) -> int:
     """A stable, non-zero, signed 64-bit digest of a row of plain values (str, int, float, bool,
     None, lists of them) and what it is written as (label or type, owner)."""
@@ -148,7 +177,8 @@ def _props_map(fields: Sequence[str], const: dict[str, str], offset: int = 0) ->
 # A node's specific label, as a Cypher expression (labels(n) minus Entity).
 _LABEL_EXPR = "head([l IN labels({v}) WHERE l <> 'Entity'])"
 _NODE_MAP = ("{{node_id: {v}.node_id, label: " + _LABEL_EXPR + ", name: {v}.name, "
-             "qualified_name: {v}.qualified_name, file_path: {v}.file_path, start_line: {v}.start_line}}")
+             "qualified_name: {v}.qualified_name, file_path: {v}.file_path, start_line: {v}.start_line, "
+             "source_id: {v}.source_id}}")
 _EDGE_MAP = ("{{type: type({r}), rel_id: {r}.rel_id, from: startNode({r}).node_id, to: endNode({r}).node_id, "
              "confidence: {r}.confidence, candidates: {r}.candidates, "
              "evidence: {{file: {r}.evidence_file, start_line: {r}.evidence_start, end_line: {r}.evidence_end, "
@@ -302,6 +332,8 @@ class Neo4jStore:
                 raise ValueError(f"node without node_id: {asdict(n)!r}")
             row = [n.node_id, n.name, n.qualified_name, n.file_path, n.start_line, n.end_line, n.chunk_id,
                    n.content_hash]
+            if label in _LABEL_FIELDS:
+                row.extend(_label_values(label, n))
             row.append(_digest(f"{label}\x00{source_id}\x00", row))
             node_rows[n.node_id] = (label, row)
             by_label[label] += 1
@@ -501,7 +533,8 @@ class Neo4jStore:
         node_ids it does not have: no lookup, no lock on an index entry, no label changes (a first
         write's ~38k Django nodes: ~15% less server CPU than MERGE)."""
         others = ":".join(lbl for lbl in ALLOWED_LABELS if lbl != label)
-        props = _props_map(CHUNK_FIELDS if label == "Chunk" else NODE_FIELDS, {"source_id": "$sid"})
+        fields = CHUNK_FIELDS if label == "Chunk" else NODE_FIELDS + _LABEL_FIELDS.get(label, ())
+        props = _props_map(fields, {"source_id": "$sid"})
         return (_KEEP_PLAN + f"UNWIND $rows AS row MERGE (n:Entity {{node_id: row[0]}}) SET n = {props} "
                 f"REMOVE n:{others} SET n:{label}",
                 _KEEP_PLAN + f"UNWIND $rows AS row CREATE (n:Entity:{label} {props})")

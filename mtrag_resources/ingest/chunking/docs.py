@@ -9,6 +9,7 @@ with character offsets. Everything after that is format-free: units are grouped 
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 from dataclasses import dataclass, field
@@ -220,9 +221,13 @@ def _parse_text(text: str) -> list[_Unit]:
 
 # ---------------------------------------------------------------- HTML
 
-_HTML_SKIP = {"script", "style", "noscript", "template", "title", "svg"}
+# Dropped with their content: code and styling, and a site's boilerplate around the document
+# (navigation bars, footers; in Sphinx and other generators also the blocks whose ARIA role says
+# so: `<div class="sphinxsidebar" role="navigation">`, `<div class="footer" role="contentinfo">`).
+_HTML_SKIP = {"script", "style", "noscript", "template", "title", "svg", "nav", "footer"}
+_HTML_BOILERPLATE_ROLES = {"navigation", "contentinfo", "banner", "search"}
 _HTML_BLOCK = {
-    "p", "div", "section", "article", "header", "footer", "nav", "aside", "main", "li", "ul", "ol",
+    "p", "div", "section", "article", "header", "aside", "main", "li", "ul", "ol",
     "dl", "dt", "dd", "table", "thead", "tbody", "tr", "td", "th", "blockquote", "figure",
     "figcaption", "form", "hr", "body", "caption", "details", "summary",
 }
@@ -243,6 +248,7 @@ class _HTMLText(HTMLParser):
         self.pre = 0
         self.kind, self.level = "para", 0
         self.segs: list[tuple[str, int]] = []    # (text, source line) of the open block
+        self.title: list[str] = []               # the <title> text (names a page without headings)
 
     def _open(self, kind: str, level: int = 0) -> None:
         self._close()
@@ -285,8 +291,12 @@ class _HTMLText(HTMLParser):
             if tag == self.skipping[-1]:  # same-name nesting, so the right end tag pops it
                 self.skipping.append(tag)
             return
-        headerlink = tag == "a" and "headerlink" in (dict(attrs).get("class") or "")
-        if tag in _HTML_SKIP or headerlink:  # a headerlink's text is a "¶" or "#" glyph
+        attr = dict(attrs)
+        headerlink = tag == "a" and "headerlink" in (attr.get("class") or "")
+        boilerplate = (attr.get("role") or "").strip().lower() in _HTML_BOILERPLATE_ROLES
+        if tag in _HTML_SKIP or headerlink or boilerplate:  # a headerlink's text is a "¶" or "#" glyph
+            if tag in _HTML_VOID:
+                return  # no end tag will pop it
             self.skipping.append(tag)
         elif tag in _HEADING_TAGS:
             self._open("heading", int(tag[1]))
@@ -317,9 +327,15 @@ class _HTMLText(HTMLParser):
     def handle_data(self, data: str) -> None:
         if not self.skipping:
             self._text(data)
+        elif self.skipping == ["title"]:
+            self.title.append(data)
 
 
-def _parse_html(source: str) -> tuple[str, list[_Unit], Callable[[int], int]]:
+_HTML_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+def _parse_html(source: str) -> tuple[str, list[_Unit], Callable[[int], int], str]:
+    """(extracted text, its units, offset -> line of the HTML source, the <title> text)."""
     parser = _HTMLText()
     parser.feed(source)
     parser.close()
@@ -330,7 +346,7 @@ def _parse_html(source: str) -> tuple[str, list[_Unit], Callable[[int], int]]:
         i = bisect.bisect_right(offsets, offset) - 1
         return parser.anchors[i][1] if i >= 0 else 1
 
-    return "".join(parser.parts), parser.units, line_of
+    return "".join(parser.parts), parser.units, line_of, " ".join("".join(parser.title).split())
 
 
 # ---------------------------------------------------------------- sections and passages
@@ -477,28 +493,50 @@ def _summary(text: str, units: list[_Unit], start: int, end: int, fallback: str)
 
 # ---------------------------------------------------------------- the chunker
 
+def text_lines(text: str) -> Callable[[int], int]:
+    """offset -> 1-based line number of `text`."""
+    line_starts = _line_starts(text)
+    return lambda offset: bisect.bisect_right(line_starts, offset)
+
+
 def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: int = 256) -> ParsedFile:
     """Section parents, passage children, Page/Section graph and code references for one doc."""
-    out = ParsedFile()
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    page_title = None
     if fmt == "html":
-        work, units, line_of = _parse_html(text)
+        work, units, line_of, page_title = _parse_html(text)
     else:
         work = text
         units = {"markdown": _parse_markdown, "rst": _parse_rst}.get(fmt, _parse_text)(text)
-        line_starts = _line_starts(text)
+        line_of = text_lines(text)
+    return chunk_units(source_id, file_path, fmt, work, units, line_of, sha256_hex(text), max_tokens,
+                       page_title=page_title)
 
-        def line_of(offset: int) -> int:
-            return bisect.bisect_right(line_starts, offset)
 
+def chunk_units(source_id: str, file_path: str, fmt: str, work: str, units: list[_Unit],
+                line_of: Callable[[int], int], digest: str, max_tokens: int = 256, *,
+                page_title: str | None = None, page_of: Callable[[int], int] | None = None) -> ParsedFile:
+    """The format-free part of chunking a document: `units` (headings, paragraphs, code) over the
+    working text `work` grouped into sections (parents) and packed into passages (children).
+    `line_of` maps an offset of `work` to the line chunks report; `digest` is the Page node's
+    content hash (of the file); `page_title` names a document without headings (else its first
+    heading, else its file name). `page_of` (PDF): offset -> 1-based page; passages then never
+    span two pages, each chunk records its `page`, and locators name pages instead of lines."""
+    out = ParsedFile()
     if not units:
         return out
-    headings = [u for u in units if u.kind == "heading"]
-    page_title = headings[0].title if headings else os.path.basename(file_path) or file_path
+    headings = [u for u in units if u.kind == "heading" and u.end > u.start]  # not a PDF's "Page 3"
+    page_title = (headings[0].title if headings else page_title) or os.path.basename(file_path) or file_path
     page_id = f"{source_id}:page:{file_path}"
     page = GraphNode(page_id, "Page", page_title, file_path, source_id, file_path,
-                     1, line_of(len(work) - 1) if work else 1, "", sha256_hex(text))
+                     1, line_of(len(work) - 1) if work else 1, "", digest)
     out.nodes.append(page)
+
+    def where(s: int, e: int) -> str:
+        if page_of is None:
+            return f"{line_of(s)}-{line_of(e - 1)}"
+        first, last = page_of(s), page_of(max(e - 1, s))
+        return f"p. {first}" if first == last else f"p. {first}-{last}"
 
     node_ids: dict[int, str] = {}
     passage_spans: list[tuple[int, int, str]] = []  # for locating references
@@ -522,8 +560,8 @@ def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: i
             start_line=first, end_line=last, title=title,
             summary=_summary(work, sec.units, start, end, title),
             symbol=symbol, language=fmt, text=parent_text,
-            locator=f"{file_path} > {symbol}:{first}-{last}", source_id=source_id,
-            source_kind="docs", graph_ids=[node_id],
+            locator=f"{file_path} > {symbol}:{where(start, end)}", source_id=source_id,
+            source_kind="docs", graph_ids=[node_id], page=page_of(start) if page_of else 0,
         ).finalize()
         out.chunks.append(parent)
         section_spans.append((start, parent.chunk_id))
@@ -533,7 +571,9 @@ def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: i
         out.nodes.append(GraphNode(node_id, "Section", title, f"{file_path}#{key}", source_id, file_path,
                                    first, last, parent.chunk_id, parent.content_hash))
         src = node_ids[id(sec.parent)] if sec.parent else page_id
-        ev_start, ev_end = (sec.heading.start, sec.heading.end) if sec.heading else (start, end)
+        # a heading that is no text of the document (a PDF page's "Page 3") has its section as evidence
+        has_heading = sec.heading is not None and sec.heading.end > sec.heading.start
+        ev_start, ev_end = (sec.heading.start, sec.heading.end) if has_heading else (start, end)
         evidence = work[ev_start:ev_end]
         out.relations.append(GraphRelation(
             stable_id("CONTAINS", src, node_id), "CONTAINS", src, node_id, "VERIFIED", [],
@@ -543,8 +583,13 @@ def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: i
 
         # A section that is only a heading still gets a passage (its heading): parents are not
         # searched, and nothing of a file may be left out of every child.
-        pieces = [p for u in sec.units for p in _pieces(work, u, max_tokens)]
-        for idx, (s, e) in enumerate(_pack(work, pieces, max_tokens)):
+        pieces = [p for u in sec.units if u.end > u.start for p in _pieces(work, u, max_tokens)]
+        if page_of is not None:  # a passage comes from one page: its `page` is where all of it is
+            runs = [list(run) for _, run in itertools.groupby(pieces, key=lambda p: page_of(p[0]))]
+            passages = [p for run in runs for p in _pack(work, run, max_tokens)]
+        else:
+            passages = _pack(work, pieces, max_tokens)
+        for idx, (s, e) in enumerate(passages):
             p_first, p_last = line_of(s), line_of(e - 1)
             child = Chunk(
                 chunk_id=stable_id(source_id, file_path, "passage", key, sec.occurrence, idx),
@@ -552,8 +597,8 @@ def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: i
                 start_line=p_first, end_line=p_last, title=title,
                 summary=_summary(work, sec.units, s, e, title),
                 symbol=symbol, language=fmt, text=work[s:e],
-                locator=f"{file_path} > {symbol}:{p_first}-{p_last}", source_id=source_id,
-                source_kind="docs", graph_ids=[node_id],
+                locator=f"{file_path} > {symbol}:{where(s, e)}", source_id=source_id,
+                source_kind="docs", graph_ids=[node_id], page=page_of(s) if page_of else 0,
             ).finalize()
             out.chunks.append(child)
             passage_spans.append((s, e, child.chunk_id))
