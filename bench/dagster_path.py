@@ -98,6 +98,9 @@ def main() -> None:
     work = Path(args.work)
     home = work / "home"
     env = mtrag_env(home, work / "sources.yaml")
+    # Runs the daemon launches do not start the local Neo4j (`mtrag build` does): start it here.
+    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
+                   capture_output=True)
     log = open(work / "daemon.log", "wb")
     daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO, env=env,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

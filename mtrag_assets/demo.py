@@ -1,5 +1,6 @@
 """`mtrag demo`: build the demo sources through Dagster, publish a generation, and print real
-answers: a semantic question, an exact identifier, a docs-to-code bridge, a call path."""
+answers: a semantic question, an exact identifier, a docs-to-code bridge, an issue by its key,
+a call path, the path from a web route to the code it runs."""
 from __future__ import annotations
 
 import time
@@ -10,8 +11,10 @@ QUESTIONS = [
     ("semantic question", dict(text="how do I prompt the user for a password on the command line", mode="hybrid")),
     ("exact identifier", dict(text="click.core.Context.invoke", mode="hybrid", k=3)),
     ("docs-to-code bridge", dict(text="how do I make a group of commands with subcommands", mode="hybrid", kind="docs", k=5)),
+    ("issue", dict(text="#8", mode="hybrid", k=3)),  # data/issues: an issue by its key, and the code it names
 ]
 PATH_FROM = "click.core.Context.invoke"
+ROUTE_FROM = "GET /cart"  # data/samples/shop_web: a URL, its handler, what the handler calls
 
 
 def run_demo(settings: Settings) -> int:
@@ -35,5 +38,7 @@ def run_demo(settings: Settings) -> int:
         print(render_query({**result, "hits": result["hits"][:3]}))
     print(f"\n== call path from {PATH_FROM}")
     print(render_paths(reader.paths(PATH_FROM, rel_types=["CALLS"], max_hops=2)))
+    print(f"\n== route path from {ROUTE_FROM}")
+    print(render_paths(reader.paths(ROUTE_FROM, max_hops=3)))
     reader.close()
     return 0

@@ -35,11 +35,18 @@ publish_generation_job = dg.define_asset_job(
 
 # `mtrag build`'s last changed source: build_source and publish_generation in one run (one run's
 # fixed cost less per build; a failed blocking check skips the publishing steps of that run).
+# In one process: the source_changes sensor's run for a one-source change (and a UI launch). The
+# multiprocess executor starts a Python process per step, ~2 s of imports each: measured through
+# dagster-daemon on the bench corpus, a one-function change took 42-45 s to publish that way, most
+# of it process start-up (bench/dagster_path.py). Wide backfills run build_source, which keeps the
+# multiprocess executor and its parallel store steps.
 build_source_and_publish_job = dg.define_asset_job(
     "build_source_and_publish",
     selection=dg.AssetSelection.assets(*SOURCE_STAGES, *PUBLISH_STAGES) | dg.AssetSelection.checks(*ALL_CHECKS),
     description="Rebuild one source partition (as build_source) and, in the same run, resolve the "
-                "cross-source links and publish the next generation (as publish_generation).",
+                "cross-source links and publish the next generation (as publish_generation); its "
+                "steps run in the run's own process.",
+    executor_def=dg.in_process_executor,
 )
 
 JOBS = [build_source_job, build_source_and_publish_job, publish_generation_job]

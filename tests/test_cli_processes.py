@@ -189,3 +189,5 @@ def test_demo_builds_the_configured_sources_and_prints_its_answers(mtrag_env):
     assert all("[shop-docs:" in ln for ln in titled["docs-to-code bridge"] if re.match(r"^ +\d+\. ", ln))
     assert titled["call path from click.core.Context.invoke"] == [
         "generation 1  paths from 'click.core.Context.invoke'", "  (no verified path)"]
+    assert titled["route path from GET /cart"][0] == "generation 1  paths from 'GET /cart'"  # no routes here
+    assert titled["issue"][0].startswith("generation 1  query: '#8'  mode: hybrid")  # no issues source here
