@@ -77,3 +77,23 @@ def folder_bytes(path: Path) -> tuple[int, int]:
             apparent += st.st_size
             allocated += st.st_blocks * 512
     return apparent, allocated
+
+
+def stop_group(proc, grace_s: float = 30) -> None:
+    """Stop a process started with start_new_session=True and everything it started (a daemon's
+    code server and run workers, a server's threads' children): SIGTERM to its process group, then
+    SIGKILL to what is left after `grace_s`."""
+    import os
+    import signal
+    import subprocess
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)

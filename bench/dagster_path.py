@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, mtrag_env, write_json  # noqa: E402
+from bench.common import REPO, mtrag_env, stop_group, write_json  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TIMEOUT_S = 600
@@ -38,20 +37,6 @@ def _found(env: dict, name: str) -> bool:
         return False
     hits = json.loads(out.stdout).get("hits", [])
     return bool(hits) and hits[0].get("symbol", "").endswith(name)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:  # the daemon's code server and any run worker it left behind
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
 
 
 def one_round(env: dict, home: Path, target: Path, n: int) -> dict:
@@ -112,7 +97,7 @@ def main() -> None:
             rounds.append(one_round(env, home, work / "corpus" / args.file, n))
             print(rounds[-1], flush=True)
     finally:
-        _kill_group(daemon)
+        stop_group(daemon)
         log.close()
         subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
     from mtrag_assets.sensors import CHANGE_POLL_S

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import queue
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.build import gone_everywhere  # noqa: E402
-from bench.common import REPO, mtrag_env, percentile, write_json  # noqa: E402
+from bench.common import REPO, mtrag_env, percentile, stop_group, write_json  # noqa: E402
 from bench.http_load import free_port, peak_rss_mb, request, start_server, stop_server, wait_healthy  # noqa: E402
 
 POLL_S = 0.02
@@ -79,13 +77,7 @@ class WatchProcess:
                 self.seen.append(line)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+        stop_group(self.proc, grace_s=120)  # SIGTERM: the watch ends between batches
 
 
 def _answer(port: int, text: str) -> dict:
