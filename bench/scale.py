@@ -227,8 +227,11 @@ def main() -> None:
     print("mtrag watch ...", flush=True)
     from bench.watch_latency import measure as measure_watch
     removals = sorted(p.relative_to(corpus).as_posix() for p in (corpus / WATCH_DELETED_FROM).glob("*.txt"))[:3]
-    result.update(measure_watch(env, home, corpus, APPEND_FILE, [("django-docs", d, d) for d in removals],
-                                args.watch_edits))
+    try:  # the figures above are kept whatever happens here
+        result.update(measure_watch(env, home, corpus, APPEND_FILE, [("django-docs", d, d) for d in removals],
+                                    args.watch_edits))
+    except Exception as exc:  # noqa: BLE001 - reported in the JSON
+        result["watch_error"] = f"{type(exc).__name__}: {exc}"
     run_measured([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env)
     write_json(args.out, result)
 

@@ -80,8 +80,17 @@ class WatchProcess:
         stop_group(self.proc, grace_s=120)  # SIGTERM: the watch ends between batches
 
 
+QUERY_TIMEOUT_S = 10.0
+STALLS: list[float] = []  # queries the server did not answer within QUERY_TIMEOUT_S (reported)
+
+
 def _answer(port: int, text: str) -> dict:
-    status, body = request(port, "/v1/query", {"query": text, "mode": "exact", "k": 5}, 10)
+    t0 = time.perf_counter()
+    try:
+        status, body = request(port, "/v1/query", {"query": text, "mode": "exact", "k": 5}, QUERY_TIMEOUT_S)
+    except TimeoutError:
+        STALLS.append(round(time.perf_counter() - t0, 3))
+        return {}
     return json.loads(body) if status == 200 else {}
 
 
@@ -156,7 +165,11 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
             "watch_batch_rounds_s": batch_s,
             "watch_publish_lines": published[-3:],
             "watch_serve_rss_mb": peak_rss_mb(server.pid),
+            "watch_query_stalls": len(STALLS),  # queries unanswered within QUERY_TIMEOUT_S during the rounds
         }
+    except Exception as exc:
+        watch.drain()
+        raise RuntimeError(f"{exc}; mtrag watch said:\n" + "\n".join(watch.seen[-15:])) from exc
     finally:
         watch.stop()
         stop_server(server)

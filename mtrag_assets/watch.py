@@ -33,6 +33,7 @@ from mtrag_resources.core.layout import SourceLayout
 from mtrag_assets.policies import PLANE_TAG
 
 DEBOUNCE_MS = 200
+RESCAN_S = 5.0  # a stat walk of the watched sources when no event came for this long
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -194,11 +195,12 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         log(f"published generation {generation} ({why}): sources {', '.join(summary['built']) or '-'}, "
             f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
 
-    def _fast(paths: set[Path], why: str, t0: float) -> None:
+    def _fast(paths: set[Path], why: str, t0: float, targets: list[str] | None = None) -> None:
         """The changed files' sources through the fast lane (fast_lane.py): no run, lineage after."""
         from mtrag_assets.fast_lane import record, run_batch
-        targets = [s.id for s in watched if any(_taken([s], roots, p) for p in paths)]
-        targets += _moved_refs(settings, git_by_id, git_dirs, paths)
+        if targets is None:
+            targets = [s.id for s in watched if any(_taken([s], roots, p) for p in paths)]
+            targets += _moved_refs(settings, git_by_id, git_dirs, paths)
         if not targets:  # a git folder's own bookkeeping (objects, index, logs): no ref moved
             return
         try:
@@ -226,6 +228,14 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     from mtrag_assets.resources import MtragResource
     MtragResource().embedder().encode(["mtrag watch warm-up"])
     armed = False
+    last_scan = time.monotonic()
+
+    def apply_targets(targets: list[str], t0: float) -> None:
+        worker = threading.Thread(target=_fast, args=(set(), "rescan", t0, targets), name="mtrag-watch-batch")
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)
+
     # An empty batch every second (yield_on_timeout): the first one says the watcher is armed,
     # so a change saved before that is caught by one more convergence pass, not lost.
     # watchfiles' default filter drops everything under `.git`: where a watched ref moves
@@ -246,7 +256,17 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         paths = {Path(p) for _, p in changes}
         if any(_taken(watched, roots, p) for p in paths) or any(_ref_file(p, git_dirs) for p in paths):
             apply(paths, "change")
+            last_scan = time.monotonic()
         elif converge_next["pending"]:  # a failed fast batch: converge through a run, now
             apply(set(), "retry")
+        elif time.monotonic() - last_scan > RESCAN_S:
+            # A safety net under inotify (a save that raced a long batch, or an event the kernel
+            # dropped): the watched sources' stat walk against their snapshots, every RESCAN_S.
+            last_scan = time.monotonic()
+            lagging = changed_sources(settings, watched + git_watched, None)[0]
+            if lagging:
+                log(f"rescan: {', '.join(lagging)} changed without a file event")
+                worker_t0 = time.perf_counter()
+                apply_targets(lagging, worker_t0)
     log("stopped")
     return 0
