@@ -81,6 +81,11 @@ def _context(resource: MtragResource, tags: dict, partition: str | None):
                                   instance=_EPHEMERAL[0])
 
 
+def warm_up() -> None:
+    """Pay the first batch's one-time costs ahead of it: the ephemeral instance and one context."""
+    _context(MtragResource(), {PLANE_TAG: "watch"}, None)
+
+
 def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print) -> Batch:
     """Materialise `targets`' partitions and publish, without a run; returns the batch's events
     for `record` (the caller records them after this returns: the generation is published)."""

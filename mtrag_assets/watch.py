@@ -227,6 +227,10 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     # would otherwise pay it (~1.5 s on the bench corpus).
     from mtrag_assets.resources import MtragResource
     MtragResource().embedder().encode(["mtrag watch warm-up"])
+    # ... and the fast lane's own first-use costs (its imports, the ephemeral instance its asset
+    # contexts share: ~1.4 s of the first change's batch on the bench corpus).
+    from mtrag_assets.fast_lane import warm_up
+    warm_up()
     armed = False
     last_scan = time.monotonic()
 
