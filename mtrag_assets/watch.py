@@ -151,7 +151,8 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
 
-    def apply(paths: set[Path], why: str) -> None:
+    def apply(paths: set[Path], why: str, targets: list[str] | None = None) -> None:
+        """`targets`: sources known to have changed (the rescan) go straight to the fast lane."""
         # A batch runs in a thread of its own: SIGINT / SIGTERM then only set `stop` (the main
         # thread's handler) and the batch is published before the loop ends. Dagster turns a
         # signal into a failed run only on the main thread.
@@ -159,7 +160,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
 
         def work() -> None:
             try:
-                _apply(paths, why)
+                _apply(paths, why, targets)
             except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
                 failure.append(exc)
 
@@ -175,10 +176,10 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
 
     converge_next = {"pending": False}
 
-    def _apply(paths: set[Path], why: str) -> None:
+    def _apply(paths: set[Path], why: str, known: list[str] | None) -> None:
         t0 = time.perf_counter()
-        if paths and not converge_next["pending"]:
-            _fast(paths, why, t0)
+        if (paths or known) and not converge_next["pending"]:
+            _fast(paths, why, t0, known)
             return
         targets, removed = changed_sources(settings, specs, None)
         targets = [t for t in targets if t in roots or t in git_by_id] if paths else targets
@@ -234,12 +235,6 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     armed = False
     last_scan = time.monotonic()
 
-    def apply_targets(targets: list[str], t0: float) -> None:
-        worker = threading.Thread(target=_fast, args=(set(), "rescan", t0, targets), name="mtrag-watch-batch")
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.2)
-
     # An empty batch every second (yield_on_timeout): the first one says the watcher is armed,
     # so a change saved before that is caught by one more convergence pass, not lost.
     # watchfiles' default filter drops everything under `.git`: where a watched ref moves
@@ -270,7 +265,6 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             lagging = changed_sources(settings, watched + git_watched, None)[0]
             if lagging:
                 log(f"rescan: {', '.join(lagging)} changed without a file event")
-                worker_t0 = time.perf_counter()
-                apply_targets(lagging, worker_t0)
+                apply(set(), "rescan", lagging)
     log("stopped")
     return 0
