@@ -72,6 +72,18 @@ class Watch:
         return self.proc.wait()
 
 
+def first_watch(env: dict) -> Watch:
+    """A watch on a home with nothing published yet, once it published generation 1 and watches."""
+    watch = Watch(env)
+    try:
+        watch.wait_for("published generation 1 (start)")
+        watch.wait_for("watching")
+    except BaseException:
+        watch.stop()
+        raise
+    return watch
+
+
 def query(symbol: str) -> dict:
     out = subprocess.run([*CLI, "query", "--json", "--mode", "exact", symbol], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
@@ -104,10 +116,8 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
     pkg = mtrag_env["pkg"]
     env = dict(os.environ)
     env.pop("MTRAG_FAULT", None)
-    watch = Watch(env)
+    watch = first_watch(env)
     try:
-        watch.wait_for("published generation 1 (start)")
-        watch.wait_for("watching")
         # an edit: a new function appended to a file
         tax = pkg / "tax.py"
         tax.write_text(tax.read_text() + '\n\ndef watch_added(x):\n    """Added while watched."""\n    return x\n')
@@ -206,10 +216,8 @@ def test_watch_follows_a_git_ref_new_commits_publish_uncommitted_edits_do_not(tm
     _wipe_neo4j(neo4j_uri)
     env = dict(os.environ)
     env.pop("MTRAG_FAULT", None)
-    watch = Watch(env)
+    watch = first_watch(env)
     try:
-        watch.wait_for("published generation 1 (start)")
-        watch.wait_for("watching")
         calc = repo / "pkg" / "calc.py"
         # an uncommitted edit is not the ref's tree: nothing is published for it
         calc.write_text(calc.read_text() + '\n\ndef uncommitted(x):\n    return x\n')
