@@ -167,7 +167,7 @@ def test_counters_render_as_tables_and_cli_builds_show_on_the_timeline(dagster_u
     rendered table on the asset page, not JSON text; `mtrag build`'s runs are on the Overview
     timeline in their jobs' rows (build_source, then build_source_and_publish for the last source)."""
     import dagster as dg
-    from playwright.sync_api import expect
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
 
     page.goto(f"{dagster_ui}/assets/canonical_graph?view=partitions")
     page.get_by_title("shop", exact=True).first.click()
@@ -200,10 +200,14 @@ def test_counters_render_as_tables_and_cli_builds_show_on_the_timeline(dagster_u
         expect(chunks.first).to_be_visible()
         # Hovering the row's run chunk lists its runs, each a link to the run's page.
         links = page.locator(", ".join(f'a[href$="/runs/{rid}"]' for rid in run_ids))
+        # The popover renders after the hover: wait a little on each chunk (a loaded machine is slow).
         for i in range(chunks.count()):
             chunks.nth(i).hover()
-            if links.count():
+            try:
+                links.first.wait_for(state="visible", timeout=3_000)
                 break
+            except PlaywrightTimeout:
+                continue
         expect(links.first).to_be_visible()
         page.screenshot(path=tmp_path / f"timeline_{job}.png")
         page.mouse.move(0, 0)
