@@ -15,7 +15,10 @@ from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts
-from mtrag_resources.stores.fts_query import derive_aliases, endpoint_aliases, issue_aliases
+from mtrag_resources.core.versions import CODE_VERSIONS
+from mtrag_resources.stores.fts_query import (derive_aliases, endpoint_aliases, file_anchors, issue_aliases,
+                                              source_alias)
+from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
 from mtrag_resources.stores.tables import read_rows
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
@@ -34,22 +37,68 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
         input_sha = digest_json([[r["chunk_id"], r["content_hash"], r["start_line"], r["end_line"]] for r in rows]
                                 + ([["endpoints", endpoints]] if endpoints else [])
                                 + ([["issues", issues, [r.get("state") for r in rows]]] if issues else []))
+        snapshot = projected_tables(layout)
         store = open_fts(settings)
         try:
-            if not store.holds(spec.id, generation, input_sha):  # texts only when something is written
-                for r in rows:
-                    r["text"] = cas.get_text(r["content_hash"])
-            # standard aliases (fts_query.derive_aliases), and the endpoints' and issues' where the source has some
-            aliases = _with_endpoints(rows, spec.id, endpoints + issues) if endpoints or issues else None
-            stats = store.write_source(spec.id, generation, input_sha, rows, aliases)
+            stats = None
+            if not issues and not store.holds(spec.id, generation, input_sha):
+                stats = _write_delta(store, layout, spec.id, generation, input_sha, rows, endpoints, cas, snapshot)
+            if stats is None:
+                if not store.holds(spec.id, generation, input_sha):  # texts only when something is written
+                    for r in rows:
+                        r["text"] = cas.get_text(r["content_hash"])
+                # standard aliases (fts_query.derive_aliases), and the endpoints' and issues' where the source has some
+                aliases = _with_endpoints(rows, spec.id, endpoints + issues) if endpoints or issues else None
+                stats = store.write_source(spec.id, generation, input_sha, rows, aliases)
             marker = store.marker(spec.id)
         finally:
             store.close()
+        if marker is not None and marker.state == "committed" and marker.generation == generation:
+            snapshot.save(generation, {"chunks": layout.chunks},
+                          extra={**_snapshot_version(), "input_sha256": input_sha})
     meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
     meta.update({"generation": generation, "marker": marker.state if marker else "none",
+                 "write": "delta" if stats.get("delta_from") else "skipped" if stats.get("skipped") else "full",
                  "path": str(settings.fts_path),
                  "db_bytes": os.path.getsize(settings.fts_path) if settings.fts_path.exists() else 0})
     return StageResult(data_version=generation, metadata=meta)
+
+
+# The aliases derived from the whole source rather than from one file's rows: a delta write
+# replaces all of them (they are few).
+SOURCE_WIDE_KINDS = ("source_id", "endpoint", "endpoint_path")
+
+
+def projected_tables(layout: SourceLayout) -> ProjectedTables:
+    return ProjectedTables(layout.graph / "projected" / "fts")
+
+
+def _snapshot_version() -> dict:
+    return {v: CODE_VERSIONS[v] for v in ("cas_chunks", "fts_db")}
+
+
+def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, input_sha: str,
+                 rows: list[dict], endpoints: list, cas: ContentStore, snapshot: ProjectedTables) -> dict | None:
+    """Rewrite only the files whose chunk rows changed since the chunk table the store last
+    committed (their rows, FTS entries and per-file aliases); None where only a full write is right."""
+    last = snapshot.load()
+    if (last is None or {k: v for k, v in last.extra.items() if k != "input_sha256"} != _snapshot_version()
+            or not same_columns(layout.chunks, last.tables["chunks"])):
+        return None
+    delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id", "file_path"))
+    files = set(delta.changed.column("file_path").to_pylist()) | {k[1] for k in delta.removed}
+    old = pq.read_table(last.tables["chunks"], columns=["chunk_id", "file_path"])
+    old = old.filter(pc.is_in(old["file_path"], value_set=pa.array(sorted(files), type=pa.string())))
+    changed = [r for r in rows if r["file_path"] in files]
+    for r in changed:
+        r["text"] = cas.get_text(r["content_hash"])
+    aliases = derive_aliases(changed)  # per file; the source-wide ones follow
+    anchors = file_anchors(rows)
+    if anchors:
+        aliases.append(source_alias(anchors, source_id))
+    return store.write_source_delta(source_id, generation, input_sha, (last.generation, last.extra.get("input_sha256")),
+                                    old.column("chunk_id").to_pylist(), changed, aliases + endpoints,
+                                    SOURCE_WIDE_KINDS)
 
 
 def _endpoint_aliases(layout: SourceLayout) -> list[tuple[str, str, str]]:

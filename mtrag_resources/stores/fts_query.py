@@ -378,13 +378,7 @@ def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str
     * source_id once, anchored at the first file anchor (README/index/__init__ preferred).
     """
     out: list[tuple[str, str, str]] = []
-    anchors: dict[str, dict] = {}
     parents_with_children = {r.get("parent_id") for r in rows if r.get("role") == "child"}
-
-    def anchor_rank(r: dict) -> tuple:
-        return (0 if r.get("chunk_type") in _FILE_ANCHOR_TYPES else 1 if not r.get("parent_id") else 2,
-                int(r.get("start_line") or 0), str(r.get("chunk_id")))
-
     for r in rows:
         cid = r["chunk_id"]
         sym = (r.get("symbol") or "").strip()
@@ -404,11 +398,7 @@ def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str
         if r.get("role") == "child" or cid not in parents_with_children:
             keys = set(ISSUE_KEY_RE.findall(title)) | set(ISSUE_KEY_RE.findall(r.get("text") or ""))
             out.extend((k, "issue_key", cid) for k in sorted(keys))
-        fp = r.get("file_path") or ""
-        if fp:
-            cur = anchors.get(fp)
-            if cur is None or anchor_rank(r) < anchor_rank(cur):
-                anchors[fp] = r
+    anchors = file_anchors(rows)
     for fp, r in sorted(anchors.items()):
         path = fp.replace("\\", "/")
         out.append((path, "file_path", r["chunk_id"]))
@@ -416,9 +406,32 @@ def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str
         if base and base != path:
             out.append((base, "basename", r["chunk_id"]))
     if source_id and anchors:
-        def entry_rank(fp: str) -> tuple:
-            base = posixpath.basename(fp).lower()
-            preferred = base.startswith(("readme", "index", "__init__"))
-            return (0 if preferred else 1, fp.count("/"), fp)
-        out.append((source_id, "source_id", anchors[min(anchors, key=entry_rank)]["chunk_id"]))
+        out.append(source_alias(anchors, source_id))
     return out
+
+
+def file_anchors(rows: list[dict]) -> dict[str, dict]:
+    """Each file's anchor row: its file/module/page/document chunk, else a row without parent,
+    else its first row by line (no text needed)."""
+    def anchor_rank(r: dict) -> tuple:
+        return (0 if r.get("chunk_type") in _FILE_ANCHOR_TYPES else 1 if not r.get("parent_id") else 2,
+                int(r.get("start_line") or 0), str(r.get("chunk_id")))
+
+    anchors: dict[str, dict] = {}
+    for r in rows:
+        fp = r.get("file_path") or ""
+        if fp:
+            cur = anchors.get(fp)
+            if cur is None or anchor_rank(r) < anchor_rank(cur):
+                anchors[fp] = r
+    return anchors
+
+
+def source_alias(anchors: dict[str, dict], source_id: str) -> tuple[str, str, str]:
+    """The source id as an alias of its entry file's anchor (README/index/__init__ preferred,
+    then the shallowest path)."""
+    def entry_rank(fp: str) -> tuple:
+        base = posixpath.basename(fp).lower()
+        preferred = base.startswith(("readme", "index", "__init__"))
+        return (0 if preferred else 1, fp.count("/"), fp)
+    return (source_id, "source_id", anchors[min(anchors, key=entry_rank)]["chunk_id"])

@@ -277,21 +277,9 @@ class FtsStore:
         if aliases is None:
             aliases = derive_aliases([dict(zip(CHUNK_COLUMNS, rec[:-1]), graph_ids=json.loads(rec[16]))
                                       for rec in records], source_id)
-        alias_records = []
-        for alias, kind, chunk_id in aliases:
-            norm = normalize_alias(alias)
-            if norm:
-                alias_records.append((norm, str(alias), str(kind), str(chunk_id), source_id))
+        alias_records = self._alias_records(source_id, aliases)
 
-        now = time.time()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            self._set_marker(conn, source_id, generation, BEGIN, now)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
-        fault_point("fts:after_begin")
+        self._begin(source_id, generation)
 
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -320,51 +308,14 @@ class FtsStore:
             self._delete_rids(conn, "SELECT rid FROM temp.mtrag_drop", ())
             conn.execute("DELETE FROM temp.mtrag_drop")
             conn.execute("DELETE FROM exact_aliases WHERE source_id = ?", (source_id,))
-            max_rid = conn.execute("SELECT coalesce(max(rid), 0) FROM chunks").fetchone()[0]
-            marks = ", ".join("?" * (len(CHUNK_COLUMNS) + 1))
             inserts = [rec for rec in records if rec[0] not in keep]
-            conn.executemany(f"INSERT INTO chunks({cols}) VALUES ({marks})", inserts)
-            # INTEGER PRIMARY KEY: new rows get rowids above the previous maximum.
-            conn.execute(
-                "INSERT INTO fts_trigram(rowid, title, summary, text, symbol) "
-                "SELECT rid, title, summary, text, symbol FROM chunks "
-                "WHERE source_id = ? AND role = 'child' AND rid > ?", (source_id, max_rid))
-            conn.execute(
-                "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
-                "SELECT rid, mtrag_cjk_segment(title), mtrag_cjk_segment(summary), "
-                "mtrag_cjk_segment(text), mtrag_cjk_segment(symbol) FROM chunks "
-                "WHERE source_id = ? AND role = 'child' AND rid > ? AND source_kind != 'code'",
-                (source_id, max_rid))
-            conn.execute(  # code rows: camelCase identifiers' words too ("terminal size" -> getTerminalSize)
-                "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
-                "SELECT rid, mtrag_code_segment(title), mtrag_code_segment(summary), "
-                "mtrag_code_segment(text), mtrag_code_segment(symbol) FROM chunks "
-                "WHERE source_id = ? AND role = 'child' AND rid > ? AND source_kind = 'code'",
-                (source_id, max_rid))
-            conn.executemany(
-                "INSERT OR IGNORE INTO exact_aliases(alias_norm, alias, alias_kind, chunk_id, source_id) "
-                "VALUES (?, ?, ?, ?, ?)", alias_records)
-            child_rows, parent_rows = self._role_counts(conn, source_id)
-            alias_rows = conn.execute("SELECT count(*) FROM exact_aliases WHERE source_id = ?",
-                                      (source_id,)).fetchone()[0]
-            now = time.time()
-            conn.execute(
-                "INSERT INTO meta(source_id, generation, input_sha256, child_rows, parent_rows, "
-                "alias_rows, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(source_id) DO UPDATE SET generation = excluded.generation, "
-                "input_sha256 = excluded.input_sha256, child_rows = excluded.child_rows, "
-                "parent_rows = excluded.parent_rows, alias_rows = excluded.alias_rows, "
-                "updated_at = excluded.updated_at",
-                (source_id, generation, input_sha256, child_rows, parent_rows, alias_rows, now))
-            self._set_marker(conn, source_id, generation, COMMITTED, now)
+            self._insert_rows(conn, source_id, inserts, alias_records)
+            child_rows, parent_rows, alias_rows = self._commit_meta(conn, source_id, generation, input_sha256)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
             raise
-        try:  # fold the WAL back so the file size is meaningful; never blocks readers
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error:
-            pass
+        self._checkpoint()
         secs = time.perf_counter() - t0
         total = child_rows + parent_rows
         return {"source_id": source_id, "generation": generation, "skipped": False,
@@ -372,6 +323,120 @@ class FtsStore:
                 "kept_rows": len(keep), "inserted_rows": len(inserts), "deleted_rows": len(drop),
                 "bytes": self._bytes(), "seconds": secs,
                 "rows_per_s": (total / secs) if secs > 0 else 0.0}
+
+    def write_source_delta(self, source_id: str, generation: str, input_sha256: str,
+                           base: tuple[str, str], drop_chunk_ids: Iterable[str], rows: Sequence[dict],
+                           aliases: Iterable[tuple[str, str, str]], replaced_kinds: Sequence[str]) -> dict | None:
+        """Apply one source's change since `base` ((generation, input sha256) the store must hold,
+        committed; else None and nothing is written): delete the rows `drop_chunk_ids` names (with
+        their FTS entries and aliases) and the source's aliases of `replaced_kinds` (the ones
+        derived from the whole source), insert `rows` and `aliases`; one transaction, under the same
+        begin/committed marker and meta as write_source."""
+        t0 = time.perf_counter()
+        conn = self._conn
+        marker = self.marker(source_id)
+        if not self.holds(source_id, *base) or marker is None or marker.state != COMMITTED:
+            return None
+        records = [self._row_record(source_id, r) for r in rows]
+        alias_records = self._alias_records(source_id, aliases)
+        drop = sorted(set(drop_chunk_ids))
+        self._begin(source_id, generation)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop_ids (chunk_id TEXT PRIMARY KEY)")
+            conn.execute("DELETE FROM temp.mtrag_drop_ids")
+            conn.executemany("INSERT OR IGNORE INTO temp.mtrag_drop_ids(chunk_id) VALUES (?)", [(c,) for c in drop])
+            self._delete_rids(conn, "SELECT rid FROM chunks WHERE source_id = ? AND chunk_id IN "
+                                    "(SELECT chunk_id FROM temp.mtrag_drop_ids)", (source_id,))
+            kinds = ", ".join("?" * len(replaced_kinds)) or "NULL"
+            conn.execute(f"DELETE FROM exact_aliases WHERE source_id = ? AND (alias_kind IN ({kinds}) OR "
+                         "chunk_id IN (SELECT chunk_id FROM temp.mtrag_drop_ids))", (source_id, *replaced_kinds))
+            conn.execute("DELETE FROM temp.mtrag_drop_ids")
+            self._insert_rows(conn, source_id, records, alias_records)
+            child_rows, parent_rows, alias_rows = self._commit_meta(conn, source_id, generation, input_sha256)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        self._checkpoint()
+        secs = time.perf_counter() - t0
+        return {"source_id": source_id, "generation": generation, "skipped": False, "delta_from": base[0],
+                "child_rows": child_rows, "parent_rows": parent_rows, "alias_rows": alias_rows,
+                "inserted_rows": len(records), "deleted_rows": len(drop), "bytes": self._bytes(),
+                "seconds": secs}
+
+    def _begin(self, source_id: str, generation: str) -> None:
+        """Marker `begin`, committed in its own transaction before the write's."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._set_marker(conn, source_id, generation, BEGIN, time.time())
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        fault_point("fts:after_begin")
+
+    @staticmethod
+    def _alias_records(source_id: str, aliases: Iterable[tuple[str, str, str]]) -> list[tuple]:
+        out = []
+        for alias, kind, chunk_id in aliases:
+            norm = normalize_alias(alias)
+            if norm:
+                out.append((norm, str(alias), str(kind), str(chunk_id), source_id))
+        return out
+
+    @staticmethod
+    def _insert_rows(conn: sqlite3.Connection, source_id: str, records: list[tuple], alias_records: list[tuple]) -> None:
+        """Insert chunk rows, their FTS entries and aliases (inside the caller's transaction)."""
+        max_rid = conn.execute("SELECT coalesce(max(rid), 0) FROM chunks").fetchone()[0]
+        cols = ", ".join(CHUNK_COLUMNS) + ", extra"
+        marks = ", ".join("?" * (len(CHUNK_COLUMNS) + 1))
+        conn.executemany(f"INSERT INTO chunks({cols}) VALUES ({marks})", records)
+        # INTEGER PRIMARY KEY: new rows get rowids above the previous maximum.
+        conn.execute(
+            "INSERT INTO fts_trigram(rowid, title, summary, text, symbol) "
+            "SELECT rid, title, summary, text, symbol FROM chunks "
+            "WHERE source_id = ? AND role = 'child' AND rid > ?", (source_id, max_rid))
+        conn.execute(
+            "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
+            "SELECT rid, mtrag_cjk_segment(title), mtrag_cjk_segment(summary), "
+            "mtrag_cjk_segment(text), mtrag_cjk_segment(symbol) FROM chunks "
+            "WHERE source_id = ? AND role = 'child' AND rid > ? AND source_kind != 'code'",
+            (source_id, max_rid))
+        conn.execute(  # code rows: camelCase identifiers' words too ("terminal size" -> getTerminalSize)
+            "INSERT INTO fts_cjk(rowid, title, summary, text, symbol) "
+            "SELECT rid, mtrag_code_segment(title), mtrag_code_segment(summary), "
+            "mtrag_code_segment(text), mtrag_code_segment(symbol) FROM chunks "
+            "WHERE source_id = ? AND role = 'child' AND rid > ? AND source_kind = 'code'",
+            (source_id, max_rid))
+        conn.executemany(
+            "INSERT OR IGNORE INTO exact_aliases(alias_norm, alias, alias_kind, chunk_id, source_id) "
+            "VALUES (?, ?, ?, ?, ?)", alias_records)
+
+    def _commit_meta(self, conn: sqlite3.Connection, source_id: str, generation: str,
+                     input_sha256: str) -> tuple[int, int, int]:
+        """Meta (generation, input sha256, counts) and marker `committed`, inside the caller's transaction."""
+        child_rows, parent_rows = self._role_counts(conn, source_id)
+        alias_rows = conn.execute("SELECT count(*) FROM exact_aliases WHERE source_id = ?",
+                                  (source_id,)).fetchone()[0]
+        now = time.time()
+        conn.execute(
+            "INSERT INTO meta(source_id, generation, input_sha256, child_rows, parent_rows, "
+            "alias_rows, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(source_id) DO UPDATE SET generation = excluded.generation, "
+            "input_sha256 = excluded.input_sha256, child_rows = excluded.child_rows, "
+            "parent_rows = excluded.parent_rows, alias_rows = excluded.alias_rows, "
+            "updated_at = excluded.updated_at",
+            (source_id, generation, input_sha256, child_rows, parent_rows, alias_rows, now))
+        self._set_marker(conn, source_id, generation, COMMITTED, now)
+        return child_rows, parent_rows, alias_rows
+
+    def _checkpoint(self) -> None:
+        try:  # fold the WAL back so the file size is meaningful; never blocks readers
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass
 
     @staticmethod
     def _set_marker(conn: sqlite3.Connection, source_id: str, generation: str, state: str,

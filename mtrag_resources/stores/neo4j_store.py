@@ -155,6 +155,19 @@ def _digest(kind: str, row: list) -> int:
 
 
 @dataclass
+class _Plan:
+    """What a projection write deletes and writes (see Neo4jStore._apply)."""
+    stale_nodes: list = field(default_factory=list)
+    upserts: dict = field(default_factory=lambda: defaultdict(list))    # label -> rows, MERGEd
+    new_nodes: dict = field(default_factory=lambda: defaultdict(list))  # label -> rows, CREATEd
+    drop_rels: dict = field(default_factory=lambda: defaultdict(list))     # type -> rel_ids gone
+    replace_rels: dict = field(default_factory=lambda: defaultdict(list))  # type -> rel_ids rewritten
+    creates: dict = field(default_factory=lambda: defaultdict(list))  # (type, replaces) -> edge rows
+    unchanged: Counter = field(default_factory=Counter)
+    unchanged_nodes: int = 0
+
+
+@dataclass
 class _WriteStats:
     """What the write transactions of one projection write did."""
     created: Counter = field(default_factory=Counter)    # relationships by type, new rel_id
@@ -320,7 +333,18 @@ class Neo4jStore:
         if not source_id or source_id == LINKS_SOURCE:
             raise ValueError(f"invalid source id {source_id!r}")
         t0 = time.monotonic()
-        # validate and shape everything before touching the database
+        node_rows, rel_rows, by_label, n_chunks = self._shape(source_id, nodes, relations, chunks)
+        stats = self._project(source_id, generation, node_rows, rel_rows, progress)
+        seconds = time.monotonic() - t0
+        n_rels = sum(stats["relationships"].values())
+        return {"source_id": source_id, "generation": generation,
+                "nodes": dict(by_label), "chunks": n_chunks, **stats,
+                "seconds": round(seconds, 3), "rels_per_s": round(n_rels / seconds, 1) if seconds > 0 else None}
+
+    def _shape(self, source_id: str, nodes: list[GraphNode], relations: list[GraphRelation],
+               chunks: list[dict]) -> tuple[dict, dict, Counter, int]:
+        """Validate and shape nodes, chunk nodes, HAS_CHUNK and relations into the list rows (with
+        their digests) the write statements take, before anything touches the database."""
         node_rows: dict[str, tuple[str, list]] = {}  # node_id -> (label, row); the last one wins, as MERGE did
         has_chunk: list[GraphRelation] = []
         by_label: Counter = Counter()
@@ -359,12 +383,7 @@ class Neo4jStore:
         for key, edges in self._rel_rows(has_chunk, source_id, default_source=source_id).items():
             rel_rows.setdefault(key, {}).update(edges)
 
-        stats = self._project(source_id, generation, node_rows, rel_rows, progress)
-        seconds = time.monotonic() - t0
-        n_rels = sum(stats["relationships"].values())
-        return {"source_id": source_id, "generation": generation,
-                "nodes": dict(by_label), "chunks": n_chunks, **stats,
-                "seconds": round(seconds, 3), "rels_per_s": round(n_rels / seconds, 1) if seconds > 0 else None}
+        return node_rows, rel_rows, by_label, n_chunks
 
     def write_links(self, generation: str, links: list[GraphRelation],
                     progress: Callable[[str, int], None] | None = None) -> dict:
@@ -440,10 +459,8 @@ class Neo4jStore:
                  rel_rows: dict[tuple[str, str], dict[tuple[str, str], list]],
                  progress: Callable[[str, int], None] | None) -> dict:
         """Diff the wanted nodes/relationships against what the projection holds (one read, with
-        the 'begin' marker), then write only the difference, in order: delete stale relationships
-        and the old edges of changed relationships (by rel_id), stale nodes (by node_id, DETACH);
-        MERGE changed nodes, CREATE new ones; CREATE new and changed relationships; the 'committed' marker
-        goes with the last batch. node_rows None: a projection without nodes of its own (the links)."""
+        the 'begin' marker), then write only the difference (_apply). node_rows None: a projection
+        without nodes of its own (the links)."""
         source_id = projection if node_rows is not None else None
         node_rows = node_rows or {}
         if not getattr(self, "_schema_ok", False):  # the write queries' index hints need the indexes
@@ -452,27 +469,20 @@ class Neo4jStore:
             have_nodes, have_rels = self._begin(session, projection, generation, source_id)
             if source_id:  # a source's projection (not the links)
                 fault_point("neo4j:after_begin")
-
-            stale_nodes = [nid for nid in have_nodes if nid not in node_rows]
-            stale_set = set(stale_nodes)
-            upserts: dict[str, list[list]] = defaultdict(list)    # changed: the projection has the node_id
-            new_nodes: dict[str, list[list]] = defaultdict(list)  # new: it does not
+            plan = _Plan()
+            plan.stale_nodes = [nid for nid in have_nodes if nid not in node_rows]
+            stale_set = set(plan.stale_nodes)
             for nid, (label, row) in node_rows.items():
                 old = have_nodes.get(nid)
                 if old is None:
-                    new_nodes[label].append(row)
+                    plan.new_nodes[label].append(row)
                 elif old != row[-1]:
-                    upserts[label].append(row)
-            unchanged_nodes = len(node_rows) - sum(len(v) for v in upserts.values()) - sum(
-                len(v) for v in new_nodes.values())
-
-            drop_rels: dict[str, list[str]] = defaultdict(list)     # stale: rel_id no longer wanted
-            replace_rels: dict[str, list[str]] = defaultdict(list)  # changed: deleted, then created again
-            creates: dict[tuple[str, bool], list[list]] = defaultdict(list)  # (type, replaces) -> rows
-            unchanged: Counter = Counter()
+                    plan.upserts[label].append(row)
+            plan.unchanged_nodes = len(node_rows) - sum(len(v) for v in plan.upserts.values()) - sum(
+                len(v) for v in plan.new_nodes.values())
             for t, rid in have_rels:
                 if (t, rid) not in rel_rows:
-                    drop_rels[t].append(rid)
+                    plan.drop_rels[t].append(rid)
             for (t, rid), edges in rel_rows.items():
                 old = have_rels.get((t, rid))
                 if old is not None:
@@ -480,47 +490,102 @@ class Neo4jStore:
                     # unchanged, unless an endpoint is a stale node (its DETACH DELETE takes the edge)
                     if ((old == want or len(old) == len(want) > 1 and sorted(old) == sorted(want))
                             and not any(s in stale_set or d in stale_set for s, d in edges)):
-                        unchanged[t] += len(edges)
+                        plan.unchanged[t] += len(edges)
                         continue
-                    replace_rels[t].append(rid)
-                creates[(t, old is not None)].extend(edges.values())
+                    plan.replace_rels[t].append(rid)
+                plan.creates[(t, old is not None)].extend(edges.values())
+            stats = self._apply(session, projection, generation, source_id, plan, progress)
+        written = stats.created + stats.updated
+        projected = written + plan.unchanged
+        return self._stats(stats, plan, {t: projected[t] for t in ALLOWED_REL_TYPES if projected[t]})
 
-            steps: list[tuple[str, list, dict, tuple]] = []
-            for kind, drops in (("drop_rel", drop_rels), ("replace_rel", replace_rels)):
-                for t, ids in drops.items():
-                    t = check_rel_type(t)
-                    steps.append((_KEEP_PLAN + f"UNWIND $rows AS id MATCH ()-[r:{t} {{rel_id: id}}]->() "
-                                  f"USING INDEX SEEK r:{t}(rel_id) WHERE r.projection = $p DELETE r",
-                                  ids, {"p": projection}, (kind, t)))
-            if stale_nodes:
-                steps.append((_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
-                              "USING INDEX SEEK n:Entity(node_id) WHERE n.source_id = $sid DETACH DELETE n",
-                              stale_nodes, {"sid": source_id}, ("drop_node", "")))
-            merge_of: dict[str, str] = {}  # CREATE statement -> its MERGE twin (see _execute)
-            for kind, groups in (("merge", upserts), ("create", new_nodes)):
-                for label, rows in groups.items():
-                    merge, create = self._node_statements(check_label(label))
-                    if kind == "create":
-                        merge_of[create] = merge
-                    steps.append((create if kind == "create" else merge, rows, {"sid": source_id},
-                                  ("node", label)))
+    def write_source_delta(self, source_id: str, generation: str, base_generation: str,
+                           nodes: list[GraphNode], relations: list[GraphRelation], chunks: list[dict],
+                           removed_nodes: list[str], removed_rels: list[tuple[str, str]],
+                           totals: dict, progress: Callable[[str, int], None] | None = None) -> dict | None:
+        """Project one source's change since `base_generation` without reading what the source
+        holds: `nodes`, `chunks` and `relations` are the new and changed ones (a relation with every
+        edge of its rel_id), `removed_*` the node ids (chunk nodes as chunk_node_id) and (type,
+        rel_id) keys that went. Changed nodes are MERGEd, changed relations replaced by rel_id,
+        removed nodes DETACH DELETEd, under the same begin/committed marker as write_source. Only
+        when the marker says the projection committed `base_generation` (else None, nothing
+        written: the caller does the full write_source). `totals`: {"nodes": by label,
+        "relationships": by type} of the whole new projection, for the stats."""
+        if not source_id or source_id == LINKS_SOURCE:
+            raise ValueError(f"invalid source id {source_id!r}")
+        t0 = time.monotonic()
+        node_rows, rel_rows, _by_label, n_chunks = self._shape(source_id, nodes, relations, chunks)
+        marker = self.marker(source_id)
+        if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
+            return None
+        if not getattr(self, "_schema_ok", False):
+            self.ensure_schema()
+        plan = _Plan()
+        plan.stale_nodes = list(removed_nodes)
+        for _nid, (label, row) in node_rows.items():
+            plan.upserts[label].append(row)  # MERGE: new or changed, the statement is the same
+        for t, rid in removed_rels:
+            plan.drop_rels[t].append(rid)
+        for n in nodes:  # a changed node's HAS_CHUNK goes with it (a new one comes from rel_rows)
+            if ("HAS_CHUNK", f"has_chunk:{n.node_id}") not in rel_rows:
+                plan.drop_rels["HAS_CHUNK"].append(f"has_chunk:{n.node_id}")
+        for (t, rid), edges in rel_rows.items():
+            plan.replace_rels[t].append(rid)
+            plan.creates[(t, True)].extend(edges.values())
+        with self._session() as session:
+            self._set_marker(source_id, generation, BEGIN, session)
+            fault_point("neo4j:after_begin")
+            stats = self._apply(session, source_id, generation, source_id, plan, progress)
+        out = self._stats(stats, plan, dict(totals.get("relationships", {})))
+        out["unchanged_nodes"] = sum(totals.get("nodes", {}).values()) - stats.written_nodes
+        seconds = time.monotonic() - t0
+        return {"source_id": source_id, "generation": generation, "delta_from": base_generation,
+                "nodes": dict(totals.get("nodes", {})), "chunks": n_chunks, **out,
+                "seconds": round(seconds, 3), "rels_per_s": None}
 
-            stats = _WriteStats()
-            commit = (self._MARKER, {"sid": projection, "gen": generation, "state": COMMITTED})
-            self._execute(session, steps, stats, progress, merge_of=merge_of)  # deletions and nodes first
-            if not self._merge_relations(session, projection, creates, stats, progress, commit):
-                self._set_marker(projection, generation, COMMITTED, session)  # nothing went last
+    def _apply(self, session, projection: str, generation: str, source_id: str | None, plan: "_Plan",
+               progress: Callable[[str, int], None] | None) -> "_WriteStats":
+        """Write a plan, in order: delete stale relationships and the old edges of changed
+        relationships (by rel_id), stale nodes (by node_id, DETACH); MERGE changed nodes, CREATE new
+        ones; CREATE new and changed relationships; the 'committed' marker goes with the last batch."""
+        steps: list[tuple[str, list, dict, tuple]] = []
+        for kind, drops in (("drop_rel", plan.drop_rels), ("replace_rel", plan.replace_rels)):
+            for t, ids in drops.items():
+                t = check_rel_type(t)
+                steps.append((_KEEP_PLAN + f"UNWIND $rows AS id MATCH ()-[r:{t} {{rel_id: id}}]->() "
+                              f"USING INDEX SEEK r:{t}(rel_id) WHERE r.projection = $p DELETE r",
+                              ids, {"p": projection}, (kind, t)))
+        if plan.stale_nodes:
+            steps.append((_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
+                          "USING INDEX SEEK n:Entity(node_id) WHERE n.source_id = $sid DETACH DELETE n",
+                          plan.stale_nodes, {"sid": source_id}, ("drop_node", "")))
+        merge_of: dict[str, str] = {}  # CREATE statement -> its MERGE twin (see _execute)
+        for kind, groups in (("merge", plan.upserts), ("create", plan.new_nodes)):
+            for label, rows in groups.items():
+                merge, create = self._node_statements(check_label(label))
+                if kind == "create":
+                    merge_of[create] = merge
+                steps.append((create if kind == "create" else merge, rows, {"sid": source_id},
+                              ("node", label)))
 
+        stats = _WriteStats()
+        commit = (self._MARKER, {"sid": projection, "gen": generation, "state": COMMITTED})
+        self._execute(session, steps, stats, progress, merge_of=merge_of)  # deletions and nodes first
+        if not self._merge_relations(session, projection, plan.creates, stats, progress, commit):
+            self._set_marker(projection, generation, COMMITTED, session)  # nothing went last
+        return stats
+
+    @staticmethod
+    def _stats(stats: "_WriteStats", plan: "_Plan", relationships: dict) -> dict:
         written = stats.created + stats.updated
         skipped = stats.attempted - written
-        projected = written + unchanged
         return {
-            "relationships": {t: projected[t] for t in ALLOWED_REL_TYPES if projected[t]},
+            "relationships": relationships,
             "written_relationships": sum(written.values()),
             "created_relationships": dict(stats.created), "updated_relationships": dict(stats.updated),
-            "unchanged_relationships": dict(unchanged),
+            "unchanged_relationships": dict(plan.unchanged),
             "skipped_relationships": {k: v for k, v in skipped.items() if v},
-            "written_nodes": stats.written_nodes, "unchanged_nodes": unchanged_nodes,
+            "written_nodes": stats.written_nodes, "unchanged_nodes": plan.unchanged_nodes,
             "deleted_nodes": stats.deleted_nodes, "deleted_relationships": stats.deleted_rels,
             "transactions": stats.transactions,
         }

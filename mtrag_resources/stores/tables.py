@@ -100,6 +100,11 @@ def read_rows(path: Path, row_type: type[T] | None = None) -> list:
         return []
     if row_type is None:
         return [dict(r) for r in records]
+    return as_rows(records, row_type)
+
+
+def as_rows(records: Iterable[dict], row_type: type[T]) -> list[T]:
+    """`row_type` instances of table records (columns the type does not have are left out)."""
     names = {f.name for f in dataclasses.fields(row_type)}
     return [row_type(**{k: v for k, v in r.items() if k in names}) for r in records]
 

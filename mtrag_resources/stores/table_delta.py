@@ -1,0 +1,105 @@
+"""What changed between the table a store last projected and the table it is asked to project now.
+
+A store stage that committed a projection keeps the input tables it projected (hard links: every
+table write replaces its file, so the link keeps the old version at no copy cost) with the
+generation it committed. The next write of the same store compares the new tables with those
+(DuckDB, column-wise: tens of milliseconds at 30k rows) and writes only the difference, provided
+the store still says it holds that generation; anything else (no snapshot, another code version,
+a store that lost or never finished the generation) is the full write, which diffs against the
+store itself."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mtrag_resources.core.atomic import write_text_atomic
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class Projected:
+    """A store's last committed projection of a source: its generation, what the stage recorded
+    with it, and the input tables as they were then."""
+    generation: str
+    extra: dict
+    tables: dict[str, Path]
+
+
+class ProjectedTables:
+    """The snapshot of one store's inputs for one source, in `folder`."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def load(self) -> Projected | None:
+        try:
+            state = json.loads((self.folder / STATE_FILE).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        tables = {name: self.folder / f"{name}.parquet" for name in state.get("tables", [])}
+        if not all(p.exists() for p in tables.values()):
+            return None
+        return Projected(generation=state["generation"], extra=state.get("extra", {}), tables=tables)
+
+    def save(self, generation: str, tables: dict[str, Path], extra: dict | None = None) -> None:
+        """Called after the store committed `generation` from `tables`. The state file goes first
+        and comes back last, so a crash in between leaves no snapshot (the next write is full)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / STATE_FILE).unlink(missing_ok=True)
+        for name, src in tables.items():
+            dst = self.folder / f"{name}.parquet"
+            tmp = self.folder / f".{name}.tmp"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(src, tmp)
+            except OSError:  # another file system, or links refused: a copy is slower, not wrong
+                shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        write_text_atomic(self.folder / STATE_FILE, json.dumps(
+            {"generation": generation, "tables": sorted(tables), "extra": extra or {}}, sort_keys=True))
+
+    def clear(self) -> None:
+        (self.folder / STATE_FILE).unlink(missing_ok=True)
+
+
+@dataclass
+class TableDelta:
+    """`changed`: the rows of the new table that the old one does not have as they are (new or
+    different); `removed`: the key tuples of the old table that the new one has no row for."""
+    changed: pa.Table
+    removed: list[tuple]
+
+
+def same_columns(new: Path, old: Path) -> bool:
+    return pq.read_schema(new).names == pq.read_schema(old).names
+
+
+def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, ...] | None = None) -> TableDelta:
+    """Rows of `new` not in `old` (every column compared, or `columns`), and the keys of `old`
+    not in `new`. Both files must have the same columns (`same_columns`)."""
+    import duckdb  # imported here: only the stages that diff pay for it
+
+    names = columns or tuple(pq.read_schema(new).names)
+    for name in (*names, *key):
+        if not _IDENT.match(name):
+            raise ValueError(f"not a column name: {name!r}")
+    cols = ", ".join(f'"{c}"' for c in names)
+    keys = ", ".join(f'"{c}"' for c in key)
+    con = duckdb.connect()
+    try:
+        changed = con.sql(f"SELECT {cols} FROM read_parquet($new) EXCEPT ALL SELECT {cols} FROM read_parquet($old)",
+                          params={"new": str(new), "old": str(old)}).to_arrow_table()
+        removed = con.execute(f"SELECT {keys} FROM read_parquet($old) EXCEPT SELECT {keys} FROM read_parquet($new)",
+                              {"new": str(new), "old": str(old)}).fetchall()
+    finally:
+        con.close()
+    return TableDelta(changed=changed, removed=[tuple(r) for r in removed])

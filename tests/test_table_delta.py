@@ -1,0 +1,55 @@
+"""The table diff and the projected-table snapshots behind the stores' delta writes."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
+from mtrag_resources.stores.tables import write_table
+
+pytestmark = pytest.mark.unit
+
+
+def _table(path, rows):
+    write_table(path, pa.Table.from_pylist(rows))
+    return path
+
+
+def test_diff_finds_new_changed_and_removed_rows_including_lists_and_nulls(tmp_path):
+    old = _table(tmp_path / "old.parquet", [
+        {"id": "a", "v": 1, "tags": ["x"], "note": None},
+        {"id": "b", "v": 2, "tags": [], "note": "n"},
+        {"id": "c", "v": 3, "tags": ["y", "z"], "note": None}])
+    new = _table(tmp_path / "new.parquet", [
+        {"id": "a", "v": 1, "tags": ["x"], "note": None},      # same, nulls included
+        {"id": "c", "v": 3, "tags": ["z", "y"], "note": None},  # list order is content
+        {"id": "d", "v": 4, "tags": [], "note": None}])
+    delta = diff_tables(new, old, key=("id",))
+    assert sorted(r["id"] for r in delta.changed.to_pylist()) == ["c", "d"]
+    assert delta.removed == [("b",)]
+    only_v = diff_tables(new, old, key=("id",), columns=("id", "v"))
+    assert [r["id"] for r in only_v.changed.to_pylist()] == ["d"]
+    assert same_columns(new, old)
+
+
+def test_column_names_are_checked_before_they_reach_sql(tmp_path):
+    path = _table(tmp_path / "t.parquet", [{"id": "a"}])
+    with pytest.raises(ValueError, match="not a column name"):
+        diff_tables(path, path, key=('id" FROM x; --',))
+
+
+def test_a_snapshot_keeps_the_version_it_linked_and_a_torn_save_leaves_none(tmp_path):
+    table = _table(tmp_path / "chunks.parquet", [{"id": "a", "v": 1}])
+    snap = ProjectedTables(tmp_path / "projected" / "fts")
+    assert snap.load() is None
+    snap.save("g1", {"chunks": table}, extra={"input": "x"})
+    _table(table, [{"id": "a", "v": 2}])  # the stage's next table replaces the file
+    last = snap.load()
+    assert (last.generation, last.extra) == ("g1", {"input": "x"})
+    assert pq.read_table(last.tables["chunks"]).to_pylist() == [{"id": "a", "v": 1}]
+    (last.tables["chunks"]).unlink()  # a snapshot missing a table is no snapshot
+    assert snap.load() is None
+    snap.save("g2", {"chunks": table})
+    (snap.folder / "state.json").unlink()  # as a crash between the links and the state file leaves it
+    assert snap.load() is None
