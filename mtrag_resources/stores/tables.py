@@ -19,19 +19,14 @@ import pyarrow.parquet as pq
 T = TypeVar("T")
 
 
-def _encode(value):
-    # Lists of strings stay lists; anything nested goes as JSON so the schema stays flat.
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
-    return value
-
-
 def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
+    """Lists of strings stay lists; a dict value goes as JSON, so the schema stays flat."""
     rows = list(rows)
     # rows are flat (strings, numbers, lists of strings): a shallow view of each is enough, and
     # dataclasses.asdict's deep copy was most of a large table's write time
-    records = [{k: _encode(v) for k, v in (vars(r) if dataclasses.is_dataclass(r) else r).items()}
-               for r in rows]
+    dumps = json.dumps
+    records = [{k: dumps(v, sort_keys=True) if type(v) is dict else v
+                for k, v in (vars(r) if dataclasses.is_dataclass(r) else r).items()} for r in rows]
     if records:
         table = pa.Table.from_pylist(records)
     elif row_type is not None and dataclasses.is_dataclass(row_type):
@@ -39,6 +34,8 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
     else:
         table = pa.table({})
     write_table(path, table)
+    if records and table.num_rows == len(records):
+        _remember(Path(path), records)  # the next reader of this file in this process decodes nothing
     return len(records)
 
 
@@ -85,6 +82,19 @@ def _decoded(path: Path) -> list[dict] | None:
     return records
 
 
+def _remember(path: Path, records: list[dict]) -> None:
+    """The rows just written to `path`, as its decoded entry (what reading it back would give:
+    flat values, nested ones already JSON)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    with _DECODED_LOCK:
+        _DECODED[(str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)] = records
+        while len(_DECODED) > 1 and sum(len(v) for v in _DECODED.values()) > DECODED_MAX_ROWS:
+            _DECODED.popitem(last=False)
+
+
 def _forget(path: Path) -> None:
     """This process replaced `path`: its decoded entries go (a freed inode may be reused)."""
     name = str(path.resolve())
@@ -106,6 +116,12 @@ def read_rows(path: Path, row_type: type[T] | None = None) -> list:
 def as_rows(records: Iterable[dict], row_type: type[T]) -> list[T]:
     """`row_type` instances of table records (columns the type does not have are left out)."""
     names = {f.name for f in dataclasses.fields(row_type)}
+    records = records if isinstance(records, list) else list(records)
+    if records and all(r.keys() == names for r in (records[0], records[-1])):
+        try:  # a table's rows share its columns: the type's fields exactly, nothing to leave out
+            return [row_type(**r) for r in records]
+        except TypeError:
+            pass
     return [row_type(**{k: v for k, v in r.items() if k in names}) for r in records]
 
 
