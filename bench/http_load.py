@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -68,16 +68,26 @@ def texts_for(home: Path, n: int, seed: int) -> tuple[list[str], list[str]]:
 def start_server(home: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, MTRAG_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
     env.pop("MTRAG_API_KEY", None)  # loopback needs none
-    return subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "serve", "--host", HOST,
-                             "--port", str(port)], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    server = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "serve", "--host", HOST,
+                               "--port", str(port)], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # The server logs a line per request: a pipe nobody reads fills (64 KiB) and then every request
+    # thread blocks writing its log line. A thread keeps reading; the last lines are kept.
+    server.log_tail = deque(maxlen=200)
+    threading.Thread(target=lambda: server.log_tail.extend(server.stdout), daemon=True).start()
+    return server
+
+
+def server_output(server: subprocess.Popen) -> str:
+    return "".join(server.log_tail)
 
 
 def wait_healthy(server: subprocess.Popen, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"mtrag serve exited ({server.returncode}):\n{server.stdout.read()[-3000:]}")
+            time.sleep(0.2)  # the reader thread takes the last lines
+            raise RuntimeError(f"mtrag serve exited ({server.returncode}):\n{server_output(server)[-3000:]}")
         try:
             if request(port, "/healthz", None, 2)[0] == 200:
                 return
@@ -95,7 +105,7 @@ def stop_server(server: subprocess.Popen) -> str:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=20)
-    return (server.stdout.read() or "")[-2000:]
+    return server_output(server)[-2000:]
 
 
 def peak_rss_mb(pid: int) -> float:
