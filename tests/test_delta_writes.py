@@ -1,7 +1,7 @@
-"""A build after a small change writes FTS and Neo4j by difference against the tables the stores
+"""A build after a small change writes Qdrant, FTS and Neo4j by difference against the tables the stores
 last committed (stores/table_delta.py), and what it leaves is exactly what a full write leaves:
 the same chunk rows, aliases and FTS matches (compared with a full write into a fresh database),
-and a graph in which a full write finds nothing to change. A store that did not finish its last
+and points and a graph in which a full write finds nothing to change. A store that did not finish its last
 write gets the full write again. Real Dagster runs, a real Neo4j server, real SQLite."""
 from __future__ import annotations
 
@@ -89,6 +89,28 @@ def _full_neo4j_write(s, source_id: str) -> dict:
         store.close()
 
 
+def _full_qdrant_write(s, source_id: str) -> dict:
+    """The full write of the source's points (it compares every point's digest with the stored one)."""
+    from mtrag_assets.resources import MtragResource
+    from mtrag_resources.core.models import cjk_children
+    from mtrag_resources.embedding.multilingual import collection_kind
+    from mtrag_resources.ingest.sources import load_sources
+    from mtrag_resources.stages import qdrant_collection as qc
+    from mtrag_resources.stores.connect import open_qdrant
+    from mtrag_resources.stores.embedding_cache import EmbeddingCache
+
+    spec = next(x for x in load_sources(s.sources_file) if x.id == source_id)
+    layout, resource = SourceLayout(s, source_id), MtragResource()
+    rows = qc.child_rows(layout)
+    ml = resource.multilingual()
+    ml_rows = cjk_children(rows)
+    extra = {collection_kind(spec.kind): qc._points(ml.fingerprint_id, ml_rows, key=qc._content_hash) if ml_rows else []}
+    with open_qdrant(s) as store:
+        return store.write_source(source_id, spec.kind, read_state(layout)["generation"],
+                                  qc._points(resource.embedder().fingerprint_id, rows), extra=extra,
+                                  resolve_vectors=qc._resolver(EmbeddingCache(s.embeddings_dir), source_id))
+
+
 def _assert_same_as_full(s, tmp_path: Path, source_id: str) -> None:
     fresh = tmp_path / f"full-{source_id}.sqlite"
     _full_fts_write(s, source_id, fresh)
@@ -99,6 +121,9 @@ def _assert_same_as_full(s, tmp_path: Path, source_id: str) -> None:
     again = _full_neo4j_write(s, source_id)  # the full diff against Neo4j: nothing left to do
     assert (again["written_nodes"], again["written_relationships"], again["deleted_nodes"],
             again["deleted_relationships"]) == (0, 0, 0, 0), again
+    points = _full_qdrant_write(s, source_id)  # every stored point's digest is the full write's
+    assert (points["upserted"], points["deleted"]) == (0, 0), points
+    assert all(v == 0 for k, v in points.items() if k.endswith("_upserted")), points
 
 
 def test_a_small_change_is_written_by_difference_and_equals_a_full_write(mtrag_env, tmp_path):
@@ -110,8 +135,9 @@ def test_a_small_change_is_written_by_difference_and_equals_a_full_write(mtrag_e
     assert sorted(result["built"]) == ["shop", "shop-docs"]
     s = settings()
     for sid in ("shop", "shop-docs"):
-        neo, fts = latest_metadata("neo4j_graph", sid), latest_metadata("fts_db", sid)
-        assert neo["write"] == "delta" and fts["write"] == "delta", (sid, neo, fts)
+        neo, fts, qd = (latest_metadata(a, sid) for a in ("neo4j_graph", "fts_db", "qdrant_collection"))
+        assert neo["write"] == fts["write"] == qd["write"] == "delta", (sid, neo, fts, qd)
+        assert qd["upserted"] < qd["points"]
         assert fts["deleted_rows"] < fts["child_rows"] + fts["parent_rows"]  # not the whole source
         _assert_same_as_full(s, tmp_path, sid)
     neo = latest_metadata("neo4j_graph", "shop")

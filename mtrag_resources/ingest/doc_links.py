@@ -143,8 +143,12 @@ def resolve_links(index: SymbolIndex, references: list[DocReference]) -> tuple[l
     """Links (deduplicated by id, VERIFIED winning over INFERRED) and the count of unresolved refs."""
     links: dict[str, GraphRelation] = {}
     unresolved = 0
+    resolved: dict[tuple, list[GraphNode]] = {}  # docs name the same targets again and again
     for ref in references:
-        candidates = resolve_reference(index, ref)
+        key = (ref.ref_kind, ref.target, ref.module_context)
+        candidates = resolved.get(key)
+        if candidates is None:
+            candidates = resolved[key] = resolve_reference(index, ref)
         if not candidates:
             unresolved += 1
             continue

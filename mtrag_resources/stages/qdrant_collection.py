@@ -3,7 +3,12 @@ collection of the source's kind, bracketed by a generation marker."""
 from __future__ import annotations
 
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.versions import CODE_VERSIONS
+from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
 from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
@@ -65,22 +70,63 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
     layout = SourceLayout(settings, spec.id)
     generation = read_state(layout)["generation"]
     meta: dict = {}
+    snapshot = projected_tables(layout)
+    version = {**{v: CODE_VERSIONS[v] for v in ("cas_chunks", "qdrant_collection")}, "kind": spec.kind,
+               "embedder": embedder.fingerprint_id, "multilingual": multilingual.fingerprint_id if multilingual else ""}
     with timed(meta, "seconds"):
-        rows = child_rows(layout)
         cache = EmbeddingCache(settings.embeddings_dir)
-        points = _points(embedder.fingerprint_id, rows)
-        ml_rows = cjk_children(rows) if multilingual is not None else []
-        # Always written (empty when the source has no CJK text), so a source that loses its CJK
-        # chunks leaves no multilingual points behind.
-        extra = {collection_kind(spec.kind): _points(multilingual.fingerprint_id, ml_rows, key=_content_hash)
-                 if ml_rows else []}
         with open_qdrant(settings) as store:
             store.ensure_collection(spec.kind, embedder.dim)
-            stats = store.write_source(spec.id, spec.kind, generation, points, extra=extra,
-                                       resolve_vectors=_resolver(cache, spec.id))
+            stats = _write_delta(store, layout, spec, generation, snapshot, version, embedder, multilingual,
+                                 _resolver(cache, spec.id))
+            if stats is None:
+                rows = child_rows(layout)
+                points = _points(embedder.fingerprint_id, rows)
+                ml_rows = cjk_children(rows) if multilingual is not None else []
+                # Always written (empty when the source has no CJK text), so a source that loses its CJK
+                # chunks leaves no multilingual points behind.
+                extra = {collection_kind(spec.kind): _points(multilingual.fingerprint_id, ml_rows, key=_content_hash)
+                         if ml_rows else []}
+                stats = store.write_source(spec.id, spec.kind, generation, points, extra=extra,
+                                           resolve_vectors=_resolver(cache, spec.id))
             marker = store.marker(spec.id)
+        if marker is not None and marker.state == "committed" and marker.generation == generation:
+            snapshot.save(generation, {"chunks": layout.chunks}, extra=version)
     meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
     meta.update({"collection": f"mtrag_{spec.kind}", "generation": generation,
+                 "write": "delta" if stats.get("delta_from") else "full",
                  "marker": marker.state if marker else "none",
                  "location": settings.qdrant_url or str(settings.qdrant_path)})
     return StageResult(data_version=generation, metadata=meta)
+
+
+def projected_tables(layout: SourceLayout) -> ProjectedTables:
+    return ProjectedTables(layout.graph / "projected" / "qdrant")
+
+
+def _write_delta(store, layout: SourceLayout, spec: SourceSpec, generation: str, snapshot: ProjectedTables,
+                 version: dict, embedder: Embedder, multilingual: MultilingualEmbedder | None, resolve) -> dict | None:
+    """Upsert the points of the child rows that changed since the chunk table the collection last
+    committed and delete those that went; None where only the full write is right."""
+    last = snapshot.load()
+    if (last is None or last.extra != version or last.generation == generation
+            or not same_columns(layout.chunks, last.tables["chunks"])):
+        return None
+    delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id",))
+    changed = delta.changed.to_pylist()
+    children = [r for r in changed if r["role"] == "child"]
+    gone = [k[0] for k in delta.removed] + [r["chunk_id"] for r in changed]  # kept if upserted again
+    changes = {spec.kind: (_points(embedder.fingerprint_id, children), gone)}
+    if multilingual is not None:
+        changes[collection_kind(spec.kind)] = (
+            _points(multilingual.fingerprint_id, cjk_children(children), key=_content_hash), gone)
+    stats = store.write_source_delta(spec.id, spec.kind, generation, last.generation, changes, resolve_vectors=resolve)
+    if stats is not None:
+        roles = pq.read_table(layout.chunks, columns=["role", "script"])
+        child = pc.equal(roles["role"], "child")
+        stats["points"] = pc.sum(child).as_py() or 0
+        if multilingual is not None:
+            stats[f"{collection_kind(spec.kind)}_points"] = pc.sum(
+                pc.and_(child, pc.equal(pc.fill_null(roles["script"], ""), "cjk"))).as_py() or 0
+        stats["skipped"] = stats["points"] - stats["upserted"]
+    return stats

@@ -433,6 +433,49 @@ class QdrantStore:
                 **{f"{k}_points": st["points"] for k, st in stats.items() if k != kind},
                 **{f"{k}_upserted": st["upserted"] for k, st in stats.items() if k != kind}}
 
+    def write_source_delta(self, source_id: str, kind: str, generation: str, base_generation: str,
+                           changes: dict[str, tuple[list[dict], list[str]]], batch_size: int = 256,
+                           resolve_vectors: Callable[[list[str]], dict] | None = None) -> dict | None:
+        """Apply one source's change since `base_generation`: for each collection kind in
+        `changes`, (points to upsert as write_source takes them, chunk ids whose points go), under
+        one begin/committed bracket of the source's marker. Only when the marker says the source
+        committed `base_generation` (else None, nothing written: the caller does write_source);
+        nothing else of the source is read."""
+        marker = self.marker(source_id)
+        if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
+            return None
+        t0 = time.perf_counter()
+        m = self._models
+        prepared = {k: self._prepare(source_id, kind, pts) for k, (pts, _gone) in changes.items()}
+        self._ensure_room(MARKERS_COLLECTION, [])
+        self.begin(source_id, generation)
+        fault_point("qdrant:after_begin")
+        stats: dict[str, dict] = {}
+        for k, rows in prepared.items():
+            name = collection_name(k)
+            self._vectors(source_id, rows, resolve_vectors)
+            if rows:
+                self.ensure_collection(k, rows[0][1].shape[0])
+            self._ensure_room(name, rows)
+            for start in range(0, len(rows), batch_size):
+                self._upsert(name, [m.PointStruct(id=pid, vector=vec.tolist(), payload=payload)
+                                    for pid, vec, payload, _ in rows[start:start + batch_size]])
+            gone = sorted({point_id(c) for c in changes[k][1]} - {r[0] for r in rows})
+            if gone and self.collection_dim(k) is not None:
+                for start in range(0, len(gone), batch_size):
+                    self.client.delete(name, points_selector=m.PointIdsList(points=gone[start:start + batch_size]),
+                                       wait=True)
+            if self.collection_dim(k) is not None:
+                self._sync_local(name)  # points durable before the marker says committed
+            stats[k] = {"upserted": len(rows), "deleted": len(gone)}
+            fault_point(f"qdrant:after_collection:{k}")
+        self.commit(source_id, generation)
+        main = stats.get(kind, {"upserted": 0, "deleted": 0})
+        return {"collection": collection_name(kind), "upserted": main["upserted"],
+                "deleted": sum(st["deleted"] for st in stats.values()), "delta_from": base_generation,
+                "seconds": time.perf_counter() - t0,
+                **{f"{k}_upserted": st["upserted"] for k, st in stats.items() if k != kind}}
+
     def _ensure_room(self, name: str, points: list) -> None:
         """An embedded write refuses before it starts when the disk cannot take it (Edge would
         die of SIGBUS writing a mapped page): each point is written about three times (WAL,
