@@ -22,21 +22,47 @@ T = TypeVar("T")
 def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
     """Lists of strings stay lists; a dict value goes as JSON, so the schema stays flat."""
     rows = list(rows)
-    # rows are flat (strings, numbers, lists of strings): a shallow view of each is enough, and
-    # dataclasses.asdict's deep copy was most of a large table's write time
-    dumps = json.dumps
-    records = [{k: dumps(v, sort_keys=True) if type(v) is dict else v
-                for k, v in (vars(r) if dataclasses.is_dataclass(r) else r).items()} for r in rows]
-    if records:
-        table = pa.Table.from_pylist(records)
-    elif row_type is not None and dataclasses.is_dataclass(row_type):
-        table = pa.Table.from_pylist([], schema=_schema_for(row_type))
+    columns = _dataclass_columns(rows)
+    if columns is not None:  # column-wise: a third of from_pylist's time on 30k graph rows
+        table = pa.table(columns)
+        names = list(columns)
+        records = [dict(zip(names, values)) for values in zip(*columns.values())]
     else:
-        table = pa.table({})
+        # rows are flat (strings, numbers, lists of strings): a shallow view of each is enough, and
+        # dataclasses.asdict's deep copy was most of a large table's write time
+        records = [{k: _flat(v) for k, v in (vars(r) if dataclasses.is_dataclass(r) else r).items()} for r in rows]
+        if records:
+            table = pa.Table.from_pylist(records)
+        elif row_type is not None and dataclasses.is_dataclass(row_type):
+            table = pa.Table.from_pylist([], schema=_schema_for(row_type))
+        else:
+            table = pa.table({})
     write_table(path, table)
     if records and table.num_rows == len(records):
         _remember(Path(path), records)  # the next reader of this file in this process decodes nothing
     return len(records)
+
+
+def _flat(value):
+    return json.dumps(value, sort_keys=True) if type(value) is dict else value
+
+
+def _dataclass_columns(rows: list) -> dict[str, list] | None:
+    """{field: values} of rows that are instances of one dataclass with nothing but its fields
+    (None otherwise: the row-wise path)."""
+    if not rows or not dataclasses.is_dataclass(rows[0]):
+        return None
+    kind = type(rows[0])
+    names = [f.name for f in dataclasses.fields(kind)]
+    if list(vars(rows[0])) != names or any(type(r) is not kind for r in rows):
+        return None
+    columns = {}
+    for name in names:
+        values = [getattr(r, name) for r in rows]
+        if any(type(v) is dict for v in values):
+            values = [_flat(v) for v in values]
+        columns[name] = values
+    return columns
 
 
 def write_table(path: Path, table: pa.Table) -> None:
