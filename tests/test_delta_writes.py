@@ -82,6 +82,8 @@ def _full_neo4j_write(s, source_id: str) -> dict:
     layout = SourceLayout(s, source_id)
     store = open_neo4j(s)
     try:
+        counts = store.counts(source_id)
+        assert counts["chunks"] == store.chunk_count(source_id) > 0  # the gate's one-query count
         return store.write_source(source_id, read_state(layout)["generation"], read_rows(layout.nodes, GraphNode),
                                   read_rows(layout.relations, GraphRelation),
                                   [{k: c[k] for k in CHUNK_NODE_FIELDS} for c in read_rows(layout.chunks)])

@@ -40,7 +40,7 @@ def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]
                     qdrant_points=qdrant.count(spec.kind, spec.id) if info else 0,
                     qdrant_dim=info.get("dim"),
                     fts_counts=fts.counts(spec.id),
-                    neo4j_chunk_nodes=neo.counts(spec.id).get("chunks", 0),
+                    neo4j_chunk_nodes=neo.chunk_count(spec.id),
                     qdrant_ml_points=_ml_points(qdrant, spec),
                 )
             links_marker = neo.marker(LINKS_SOURCE)

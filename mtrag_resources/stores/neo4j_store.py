@@ -710,6 +710,11 @@ class Neo4jStore:
         return {"nodes": by_label, "relationships": rels, "chunks": by_label.get("Chunk", 0),
                 "total_nodes": sum(by_label.values()), "total_relationships": sum(rels.values())}
 
+    def chunk_count(self, source_id: str) -> int:
+        """The source's chunk nodes (counts()["chunks"] in one query, for the publish gate)."""
+        return self._read("MATCH (n:Entity) USING INDEX n:Entity(source_id) WHERE n.source_id = $sid "
+                          f"AND {_LABEL_EXPR.format(v='n')} = 'Chunk' RETURN count(n) AS n", sid=source_id)[0]["n"]
+
     def database_counts(self) -> dict:
         """All nodes and relationships in the database (every projection, markers included)."""
         n = self._read("MATCH (n) RETURN count(n) AS n")[0]["n"]
