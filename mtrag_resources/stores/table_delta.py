@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,20 +87,28 @@ def same_columns(new: Path, old: Path) -> bool:
 def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, ...] | None = None) -> TableDelta:
     """Rows of `new` not in `old` (every column compared, or `columns`), and the keys of `old`
     not in `new`. Both files must have the same columns (`same_columns`)."""
-    import duckdb  # imported here: only the stages that diff pay for it
-
     names = columns or tuple(pq.read_schema(new).names)
     for name in (*names, *key):
         if not _IDENT.match(name):
             raise ValueError(f"not a column name: {name!r}")
     cols = ", ".join(f'"{c}"' for c in names)
     keys = ", ".join(f'"{c}"' for c in key)
-    con = duckdb.connect()
-    try:
-        changed = con.sql(f"SELECT {cols} FROM read_parquet($new) EXCEPT ALL SELECT {cols} FROM read_parquet($old)",
-                          params={"new": str(new), "old": str(old)}).to_arrow_table()
-        removed = con.execute(f"SELECT {keys} FROM read_parquet($old) EXCEPT SELECT {keys} FROM read_parquet($new)",
-                              {"new": str(new), "old": str(old)}).fetchall()
-    finally:
-        con.close()
+    con = _connection()
+    changed = con.sql(f"SELECT {cols} FROM read_parquet($new) EXCEPT ALL SELECT {cols} FROM read_parquet($old)",
+                      params={"new": str(new), "old": str(old)}).to_arrow_table()
+    removed = con.execute(f"SELECT {keys} FROM read_parquet($old) EXCEPT SELECT {keys} FROM read_parquet($new)",
+                          {"new": str(new), "old": str(old)}).fetchall()
     return TableDelta(changed=changed, removed=[tuple(r) for r in removed])
+
+
+_LOCAL = threading.local()
+
+
+def _connection():
+    """This thread's in-memory DuckDB (a connection is not shared across threads; opening one per
+    diff cost more than a small diff). It holds no tables: every query reads the Parquet files."""
+    con = getattr(_LOCAL, "con", None)
+    if con is None:
+        import duckdb  # imported here: only the stages that diff pay for it
+        con = _LOCAL.con = duckdb.connect()
+    return con
