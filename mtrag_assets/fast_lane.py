@@ -26,6 +26,7 @@ from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSI
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.build_state import mark_dirty
+from mtrag_resources.stores.connect import open_neo4j
 
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import GLOBAL_ASSETS, PARTITIONED_ASSETS
@@ -81,9 +82,18 @@ def _context(resource: MtragResource, tags: dict, partition: str | None):
                                   instance=_EPHEMERAL[0])
 
 
-def warm_up() -> None:
-    """Pay the first batch's one-time costs ahead of it: the ephemeral instance and one context."""
+def warm_up(settings: Settings | None = None, source_ids: list[str] | None = None) -> None:
+    """Pay the first batch's one-time costs ahead of it: the ephemeral instance and one context,
+    and Neo4j's for `source_ids` (a server the watch's start just launched has no plans and no
+    pages in memory)."""
     _context(MtragResource(), {PLANE_TAG: "watch"}, None)
+    if settings is None:
+        return
+    try:
+        with open_neo4j(settings) as store:
+            store.warm_up(source_ids or [])
+    except Exception:  # noqa: BLE001 - no server to warm (or it refused): the first batch says what is wrong
+        pass
 
 
 def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print) -> Batch:

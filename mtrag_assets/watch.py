@@ -229,9 +229,10 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     from mtrag_assets.resources import MtragResource
     MtragResource().embedder().encode(["mtrag watch warm-up"])
     # ... and the fast lane's own first-use costs (its imports, the ephemeral instance its asset
-    # contexts share: ~1.4 s of the first change's batch on the bench corpus).
+    # contexts share: ~1.4 s of the first change's batch on the bench corpus; the plans of the
+    # Neo4j write statements: ~4 s on a server the start just launched).
     from mtrag_assets.fast_lane import warm_up
-    warm_up()
+    warm_up(settings, [s.id for s in watched + git_watched])
     armed = False
     last_scan = time.monotonic()
 

@@ -7,7 +7,7 @@ import pytest
 
 from mtrag_resources.core.models import GraphNode, GraphRelation
 from mtrag_resources.stores.contract import BEGIN, COMMITTED, LINKS_SOURCE
-from mtrag_resources.stores.neo4j_store import Neo4jStore, chunk_node_id
+from mtrag_resources.stores.neo4j_store import ALLOWED_LABELS, ALLOWED_REL_TYPES, Neo4jStore, chunk_node_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
@@ -91,6 +91,15 @@ def test_write_is_idempotent(neo4j_store, sid):
     # no chunk text in the graph, but the chunk node carries its metadata
     [anchor] = neo4j_store.resolve_anchors([f"{sid}:a"])
     assert anchor["chunk_id"] == f"{sid}-c-a" and anchor["label"] == "Function"
+
+
+def test_warm_up_plans_every_write_statement_and_writes_nothing(neo4j_store, sid):
+    nodes, rels, chunks = code_graph(sid)
+    neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    before, marker = neo4j_store.database_counts(), neo4j_store.marker(sid)
+    assert neo4j_store.warm_up([sid]) == 1 + 2 * len(ALLOWED_LABELS) + 2 * len(ALLOWED_REL_TYPES)
+    assert neo4j_store.database_counts() == before and neo4j_store.marker(sid) == marker
+    assert neo4j_store.chunk_count(sid) == neo4j_store.counts(sid)["chunks"] == 4
 
 
 def test_stale_node_removed_in_new_generation(neo4j_store, sid):

@@ -430,16 +430,7 @@ class Neo4jStore:
         """Marker 'begin' and, in the same transaction, what the projection holds now: node_id ->
         digest for the source's nodes, and (type, rel_id) -> [digest] for its relationships (digest
         0: a row without one, e.g. written by an older version)."""
-        parts = []
-        if source_id is not None:
-            parts.append("MATCH (n:Entity) USING INDEX SEEK n:Entity(source_id) WHERE n.source_id = $sid "
-                         "RETURN '' AS t, collect(coalesce(n.node_id, '')) AS ids, collect(coalesce(n.digest, 0)) AS ds")
-        for t in ALLOWED_REL_TYPES:
-            t = check_rel_type(t)
-            parts.append(f"MATCH ()-[r:{t}]->() USING INDEX SEEK r:{t}(projection) WHERE r.projection = $p "
-                         f"RETURN '{t}' AS t, collect(coalesce(r.rel_id, '')) AS ids, "
-                         "collect(coalesce(r.digest, 0)) AS ds")
-        query = _KEEP_PLAN + " UNION ALL ".join(parts)
+        query = self._held_query(with_nodes=source_id is not None)
 
         def work(tx):
             tx.run(self._MARKER, sid=projection, gen=generation, state=BEGIN)  # pipelined with the read
@@ -454,6 +445,20 @@ class Neo4jStore:
                 for rid, d in zip(ids, ds):
                     rels.setdefault((t, rid), []).append(d)
         return nodes, rels
+
+    @staticmethod
+    def _held_query(with_nodes: bool) -> str:
+        """What a projection holds: its nodes' ids and digests (a source's), its relationships'."""
+        parts = []
+        if with_nodes:
+            parts.append("MATCH (n:Entity) USING INDEX SEEK n:Entity(source_id) WHERE n.source_id = $sid "
+                         "RETURN '' AS t, collect(coalesce(n.node_id, '')) AS ids, collect(coalesce(n.digest, 0)) AS ds")
+        for t in ALLOWED_REL_TYPES:
+            t = check_rel_type(t)
+            parts.append(f"MATCH ()-[r:{t}]->() USING INDEX SEEK r:{t}(projection) WHERE r.projection = $p "
+                         f"RETURN '{t}' AS t, collect(coalesce(r.rel_id, '')) AS ids, "
+                         "collect(coalesce(r.digest, 0)) AS ds")
+        return _KEEP_PLAN + " UNION ALL ".join(parts)
 
     def _project(self, projection: str, generation: str, node_rows: dict[str, tuple[str, list]] | None,
                  rel_rows: dict[tuple[str, str], dict[tuple[str, str], list]],
@@ -551,14 +556,9 @@ class Neo4jStore:
         steps: list[tuple[str, list, dict, tuple]] = []
         for kind, drops in (("drop_rel", plan.drop_rels), ("replace_rel", plan.replace_rels)):
             for t, ids in drops.items():
-                t = check_rel_type(t)
-                steps.append((_KEEP_PLAN + f"UNWIND $rows AS id MATCH ()-[r:{t} {{rel_id: id}}]->() "
-                              f"USING INDEX SEEK r:{t}(rel_id) WHERE r.projection = $p DELETE r",
-                              ids, {"p": projection}, (kind, t)))
+                steps.append((self._drop_rel_statement(t), ids, {"p": projection}, (kind, t)))
         if plan.stale_nodes:
-            steps.append((_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
-                          "USING INDEX SEEK n:Entity(node_id) WHERE n.source_id = $sid DETACH DELETE n",
-                          plan.stale_nodes, {"sid": source_id}, ("drop_node", "")))
+            steps.append((self._DROP_NODES, plan.stale_nodes, {"sid": source_id}, ("drop_node", "")))
         merge_of: dict[str, str] = {}  # CREATE statement -> its MERGE twin (see _execute)
         for kind, groups in (("merge", plan.upserts), ("create", plan.new_nodes)):
             for label, rows in groups.items():
@@ -610,15 +610,54 @@ class Neo4jStore:
         """CREATE the new and changed relationships (their endpoints MATCHed by node_id; a row whose
         endpoint is missing creates nothing and counts as skipped); the last transaction also runs
         `commit`. Returns whether some transaction ran it."""
-        steps = []
-        for (t, replaces), rows in creates.items():
-            t = check_rel_type(t)
-            steps.append((_KEEP_PLAN + "UNWIND $rows AS row "
-                          "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
-                          "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) "
-                          f"CREATE (a)-[r:{t} {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)",
-                          rows, {"p": projection}, ("rel", t, replaces)))
+        steps = [(self._create_rel_statement(t), rows, {"p": projection}, ("rel", t, replaces))
+                 for (t, replaces), rows in creates.items()]
         return self._execute(session, steps, stats, progress, last=commit)
+
+    _DROP_NODES = (_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
+                   "USING INDEX SEEK n:Entity(node_id) WHERE n.source_id = $sid DETACH DELETE n")
+
+    @staticmethod
+    def _drop_rel_statement(rel_type: str) -> str:
+        t = check_rel_type(rel_type)
+        return (_KEEP_PLAN + f"UNWIND $rows AS id MATCH ()-[r:{t} {{rel_id: id}}]->() "
+                f"USING INDEX SEEK r:{t}(rel_id) WHERE r.projection = $p DELETE r")
+
+    @staticmethod
+    def _create_rel_statement(rel_type: str) -> str:
+        t = check_rel_type(rel_type)
+        return (_KEEP_PLAN + "UNWIND $rows AS row "
+                "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
+                "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) "
+                f"CREATE (a)-[r:{t} {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
+
+    def warm_up(self, source_ids: Iterable[str] = ()) -> int:
+        """Plan every statement a write sends, each with no rows (nothing is written), so that the
+        first change after a server start does not pay their planning (~4 s on a cold JVM, the
+        first watch batch on the bench corpus), and read what `source_ids` and the links hold (their
+        pages come into the page cache). Returns the number of statements."""
+        if not getattr(self, "_schema_ok", False):
+            self.ensure_schema()
+        statements = [self._DROP_NODES]
+        for label in ALLOWED_LABELS:
+            statements.extend(self._node_statements(label))
+        for t in ALLOWED_REL_TYPES:
+            statements += [self._drop_rel_statement(t), self._create_rel_statement(t)]
+
+        def work(tx):
+            for q in statements:
+                tx.run(q, rows=[], p="", sid="").consume()
+
+        with self._session() as session:
+            session.execute_write(work)
+        # ... and the reads of a build: markers, the gate's counts, what the links projection holds
+        self.marker(LINKS_SOURCE)
+        self._read(self._held_query(False), sid="", p=LINKS_SOURCE)
+        for sid in source_ids:
+            self.counts(sid)
+            self.chunk_count(sid)
+            self._read(self._held_query(True), sid=sid, p=sid)
+        return len(statements)
 
     def _execute(self, session, steps: list[tuple[str, list, dict, tuple]], stats: "_WriteStats",
                  progress: Callable[[str, int], None] | None, last: tuple[str, dict] | None = None,
