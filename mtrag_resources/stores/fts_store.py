@@ -281,8 +281,7 @@ class FtsStore:
 
         self._begin(source_id, generation)
 
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._write_transaction():
             # Replace by difference: a stored row identical (every column) to its new version
             # keeps its rowid and FTS entries; every other stored row of the source is deleted
             # (FTS entries first) and every new or changed row inserted. Inside this one
@@ -311,11 +310,6 @@ class FtsStore:
             inserts = [rec for rec in records if rec[0] not in keep]
             self._insert_rows(conn, source_id, inserts, alias_records)
             child_rows, parent_rows, alias_rows = self._commit_meta(conn, source_id, generation, input_sha256)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
-        self._checkpoint()
         secs = time.perf_counter() - t0
         total = child_rows + parent_rows
         return {"source_id": source_id, "generation": generation, "skipped": False,
@@ -341,8 +335,7 @@ class FtsStore:
         alias_records = self._alias_records(source_id, aliases)
         drop = sorted(set(drop_chunk_ids))
         self._begin(source_id, generation)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._write_transaction():
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop_ids (chunk_id TEXT PRIMARY KEY)")
             conn.execute("DELETE FROM temp.mtrag_drop_ids")
             conn.executemany("INSERT OR IGNORE INTO temp.mtrag_drop_ids(chunk_id) VALUES (?)", [(c,) for c in drop])
@@ -354,11 +347,6 @@ class FtsStore:
             conn.execute("DELETE FROM temp.mtrag_drop_ids")
             self._insert_rows(conn, source_id, records, alias_records)
             child_rows, parent_rows, alias_rows = self._commit_meta(conn, source_id, generation, input_sha256)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
-        self._checkpoint()
         secs = time.perf_counter() - t0
         return {"source_id": source_id, "generation": generation, "skipped": False, "delta_from": base[0],
                 "child_rows": child_rows, "parent_rows": parent_rows, "alias_rows": alias_rows,
@@ -432,9 +420,20 @@ class FtsStore:
         self._set_marker(conn, source_id, generation, COMMITTED, now)
         return child_rows, parent_rows, alias_rows
 
-    def _checkpoint(self) -> None:
-        try:  # fold the WAL back so the file size is meaningful; never blocks readers
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    @contextlib.contextmanager
+    def _write_transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT (rolled back on any error), then the WAL folded back so the
+        file size is meaningful (PASSIVE: never blocks readers)."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error:
             pass
 
