@@ -53,3 +53,34 @@ def test_a_snapshot_keeps_the_version_it_linked_and_a_torn_save_leaves_none(tmp_
     snap.save("g2", {"chunks": table})
     (snap.folder / "state.json").unlink()  # as a crash between the links and the state file leaves it
     assert snap.load() is None
+
+
+def test_two_sources_with_the_same_files_keep_their_own_graph_facts(tmp_path):
+    """The facts memo is per source: identical files in two sources share a facts key, but each
+    source's facts name its own nodes (their ids carry the source id)."""
+    import shutil
+
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.core.layout import SourceLayout
+    from mtrag_resources.core.models import GraphNode
+    from mtrag_resources.ingest.sources import load_sources
+    from mtrag_resources.stages.canonical_graph import build_canonical_graph
+    from mtrag_resources.stages.cas_chunks import build_cas_chunks
+    from mtrag_resources.stages.raw_source import build_raw_source
+    from mtrag_resources.stores.tables import read_rows
+    from tests.corpus import write_corpus
+
+    paths = write_corpus(tmp_path / "corpus")
+    shutil.copytree(paths["root"] / "shop", paths["root"] / "shop-fork")
+    paths["sources"].write_text(
+        "sources:\n"
+        "  - {id: shop, kind: code, path: shop, include: [\"src/**/*.py\"]}\n"
+        "  - {id: shop-fork, kind: code, path: shop-fork, include: [\"src/**/*.py\"]}\n")
+    settings = Settings(home=tmp_path / "home", sources=paths["sources"]).ensure()
+    for spec in load_sources(settings.sources_file):  # one process, as a build's stages run
+        build_raw_source(settings, spec)
+        build_cas_chunks(settings, spec)
+        build_canonical_graph(settings, spec)
+    for sid in ("shop", "shop-fork"):
+        nodes = read_rows(SourceLayout(settings, sid).nodes, GraphNode)
+        assert nodes and all(n.node_id.startswith(f"{sid}:") for n in nodes), sid

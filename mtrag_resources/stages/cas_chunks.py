@@ -73,24 +73,28 @@ def _facts_file(layout: SourceLayout, key: str):
     return layout.facts_dir / f"{key}.json.gz"
 
 
-# Decoded facts files by key. A key names one parse of one file version (_facts_key: code version,
-# category, path, content hash), so an entry never goes stale; the graph and link stages of a build
-# (and every batch of `mtrag watch`) read every file's facts, and decoding them was ~0.5 s a time
+# Decoded facts files by their file (a source's folder and the key). A key names one parse of one
+# file version (_facts_key: code version, category, path, content hash), so an entry never goes
+# stale; but two sources holding the same file share the key, and their facts differ (node ids and
+# source ids are the source's): the memo is per file, never per key. The graph and link stages of a
+# build (and every batch of `mtrag watch`) read every file's facts; decoding them was ~0.5 s a time
 # at django's 885 files. Read-only to the callers; bounded by entries.
 _FACTS: "OrderedDict[str, dict]" = OrderedDict()
 FACTS_MAX_ENTRIES = 20_000
 
 
 def _read_facts(layout: SourceLayout, key: str) -> dict:
-    parsed = _FACTS.get(key)
+    path = _facts_file(layout, key)
+    name = str(path.resolve())
+    parsed = _FACTS.get(name)
     if parsed is None:
-        with gzip.open(_facts_file(layout, key), "rt", encoding="utf-8") as fh:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
             parsed = json.load(fh)
-        _FACTS[key] = parsed
+        _FACTS[name] = parsed
         while len(_FACTS) > FACTS_MAX_ENTRIES:
             _FACTS.popitem(last=False)
     else:
-        _FACTS.move_to_end(key)
+        _FACTS.move_to_end(name)
     return parsed
 
 
