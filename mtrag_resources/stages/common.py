@@ -8,11 +8,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.versions import CODE_VERSIONS
+from mtrag_resources.stores.table_delta import ProjectedTables
 
 
-
-
+def projected_tables(layout: SourceLayout, store: str) -> ProjectedTables:
+    """Where `store`'s stage keeps the tables it last projected for the layout's source."""
+    return ProjectedTables(layout.graph / "projected" / store)
 
 
 @dataclass

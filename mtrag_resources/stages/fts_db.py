@@ -18,9 +18,9 @@ from mtrag_resources.stores.connect import open_fts
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stores.fts_query import (derive_aliases, endpoint_aliases, file_anchors, issue_aliases,
                                               source_alias)
-from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
+from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
 from mtrag_resources.stores.tables import read_rows
-from mtrag_resources.stages.common import StageResult, digest_json, timed
+from mtrag_resources.stages.common import StageResult, digest_json, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
 
@@ -37,14 +37,15 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
         input_sha = digest_json([[r["chunk_id"], r["content_hash"], r["start_line"], r["end_line"]] for r in rows]
                                 + ([["endpoints", endpoints]] if endpoints else [])
                                 + ([["issues", issues, [r.get("state") for r in rows]]] if issues else []))
-        snapshot = projected_tables(layout)
+        snapshot = projected_tables(layout, "fts")
         store = open_fts(settings)
         try:
+            held = store.holds(spec.id, generation, input_sha)
             stats = None
-            if not issues and not store.holds(spec.id, generation, input_sha):
+            if not issues and not held:
                 stats = _write_delta(store, layout, spec.id, generation, input_sha, rows, endpoints, cas, snapshot)
             if stats is None:
-                if not store.holds(spec.id, generation, input_sha):  # texts only when something is written
+                if not held:  # texts only when something is written
                     for r in rows:
                         r["text"] = cas.get_text(r["content_hash"])
                 # standard aliases (fts_query.derive_aliases), and the endpoints' and issues' where the source has some
@@ -53,9 +54,8 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
             marker = store.marker(spec.id)
         finally:
             store.close()
-        if marker is not None and marker.state == "committed" and marker.generation == generation:
-            snapshot.save(generation, {"chunks": layout.chunks},
-                          extra={**_snapshot_version(), "input_sha256": input_sha})
+        snapshot.save_if_committed(marker, generation, {"chunks": layout.chunks},
+                                   extra={**_snapshot_version(), "input_sha256": input_sha})
     meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
     meta.update({"generation": generation, "marker": marker.state if marker else "none",
                  "write": "delta" if stats.get("delta_from") else "skipped" if stats.get("skipped") else "full",
@@ -69,10 +69,6 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
 SOURCE_WIDE_KINDS = ("source_id", "endpoint", "endpoint_path")
 
 
-def projected_tables(layout: SourceLayout) -> ProjectedTables:
-    return ProjectedTables(layout.graph / "projected" / "fts")
-
-
 def _snapshot_version() -> dict:
     return {v: CODE_VERSIONS[v] for v in ("cas_chunks", "fts_db")}
 
@@ -81,9 +77,8 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, i
                  rows: list[dict], endpoints: list, cas: ContentStore, snapshot: ProjectedTables) -> dict | None:
     """Rewrite only the files whose chunk rows changed since the chunk table the store last
     committed (their rows, FTS entries and per-file aliases); None where only a full write is right."""
-    last = snapshot.load()
-    if (last is None or {k: v for k, v in last.extra.items() if k != "input_sha256"} != _snapshot_version()
-            or not same_columns(layout.chunks, last.tables["chunks"])):
+    last = snapshot.base_for(generation, _snapshot_version(), {"chunks": layout.chunks})
+    if last is None:
         return None
     delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id", "file_path"))
     files = set(delta.changed.column("file_path").to_pylist()) | {k[1] for k in delta.removed}

@@ -19,17 +19,13 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.neo4j_store import chunk_node_id
-from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
+from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
 from mtrag_resources.stores.tables import as_rows, read_rows
-from mtrag_resources.stages.common import StageResult, timed
+from mtrag_resources.stages.common import StageResult, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
 CHUNK_NODE_FIELDS = ("chunk_id", "source_id", "role", "chunk_type", "file_path", "symbol", "title",
                      "start_line", "end_line", "parent_id")
-
-
-def projected_tables(layout: SourceLayout) -> ProjectedTables:
-    return ProjectedTables(layout.graph / "projected" / "neo4j")
 
 
 def _inputs(layout: SourceLayout) -> dict:
@@ -43,7 +39,7 @@ def _snapshot_version() -> dict:
 def build_neo4j_graph(settings: Settings, spec: SourceSpec) -> StageResult:
     layout = SourceLayout(settings, spec.id)
     generation = read_state(layout)["generation"]
-    snapshot = projected_tables(layout)
+    snapshot = projected_tables(layout, "neo4j")
     meta: dict = {}
     with timed(meta, "seconds"):
         store = open_neo4j(settings)
@@ -58,8 +54,7 @@ def build_neo4j_graph(settings: Settings, spec: SourceSpec) -> StageResult:
             marker = store.marker(spec.id)
         finally:
             store.close()
-        if marker is not None and marker.state == "committed" and marker.generation == generation:
-            snapshot.save(generation, _inputs(layout), extra=_snapshot_version())
+        snapshot.save_if_committed(marker, generation, _inputs(layout), extra=_snapshot_version())
     for key, value in stats.items():
         if value is not None:
             meta[key] = value if isinstance(value, (int, float, str, bool)) else dict(value)
@@ -73,9 +68,8 @@ def build_neo4j_graph(settings: Settings, spec: SourceSpec) -> StageResult:
 def _write_delta(store, layout: SourceLayout, source_id: str, generation: str,
                  snapshot: ProjectedTables) -> dict | None:
     """The delta write against the last projected tables, or None where only a full write is right."""
-    last = snapshot.load()
-    if (last is None or last.extra != _snapshot_version() or last.generation == generation
-            or not all(same_columns(new, last.tables[name]) for name, new in _inputs(layout).items())):
+    last = snapshot.base_for(generation, _snapshot_version(), _inputs(layout))
+    if last is None:
         return None
     node_delta = diff_tables(layout.nodes, last.tables["nodes"], key=("node_id",))
     chunk_delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id",), columns=CHUNK_NODE_FIELDS)

@@ -8,13 +8,13 @@ import pyarrow.parquet as pq
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.versions import CODE_VERSIONS
-from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
+from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
 from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
-from mtrag_resources.stages.common import StageResult, timed
+from mtrag_resources.stages.common import StageResult, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.core.models import cjk_children, vector_hash
 from mtrag_resources.stages.embedding_cache import child_rows
@@ -70,7 +70,7 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
     layout = SourceLayout(settings, spec.id)
     generation = read_state(layout)["generation"]
     meta: dict = {}
-    snapshot = projected_tables(layout)
+    snapshot = projected_tables(layout, "qdrant")
     version = {**{v: CODE_VERSIONS[v] for v in ("cas_chunks", "qdrant_collection")}, "kind": spec.kind,
                "embedder": embedder.fingerprint_id, "multilingual": multilingual.fingerprint_id if multilingual else ""}
     with timed(meta, "seconds"):
@@ -90,8 +90,7 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
                 stats = store.write_source(spec.id, spec.kind, generation, points, extra=extra,
                                            resolve_vectors=_resolver(cache, spec.id))
             marker = store.marker(spec.id)
-        if marker is not None and marker.state == "committed" and marker.generation == generation:
-            snapshot.save(generation, {"chunks": layout.chunks}, extra=version)
+        snapshot.save_if_committed(marker, generation, {"chunks": layout.chunks}, extra=version)
     meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
     meta.update({"collection": f"mtrag_{spec.kind}", "generation": generation,
                  "write": "delta" if stats.get("delta_from") else "full",
@@ -100,17 +99,12 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
     return StageResult(data_version=generation, metadata=meta)
 
 
-def projected_tables(layout: SourceLayout) -> ProjectedTables:
-    return ProjectedTables(layout.graph / "projected" / "qdrant")
-
-
 def _write_delta(store, layout: SourceLayout, spec: SourceSpec, generation: str, snapshot: ProjectedTables,
                  version: dict, embedder: Embedder, multilingual: MultilingualEmbedder | None, resolve) -> dict | None:
     """Upsert the points of the child rows that changed since the chunk table the collection last
     committed and delete those that went; None where only the full write is right."""
-    last = snapshot.load()
-    if (last is None or last.extra != version or last.generation == generation
-            or not same_columns(layout.chunks, last.tables["chunks"])):
+    last = snapshot.base_for(generation, version, {"chunks": layout.chunks})
+    if last is None:
         return None
     delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id",))
     changed = delta.changed.to_pylist()

@@ -279,6 +279,11 @@ class Neo4jStore:
                                                     f"FOR ()-[r:{t}]-() ON (r.projection)")
         return stmts
 
+    def _ensure_schema_once(self) -> None:
+        """The write queries' index hints need the indexes: ensured once per store object."""
+        if not getattr(self, "_schema_ok", False):
+            self.ensure_schema()
+
     def ensure_schema(self) -> dict:
         """Create the constraints and indexes that are missing and wait until they are online. One
         `SHOW INDEXES` when everything exists already (a constraint's backing index has its name)."""
@@ -468,8 +473,7 @@ class Neo4jStore:
         without nodes of its own (the links)."""
         source_id = projection if node_rows is not None else None
         node_rows = node_rows or {}
-        if not getattr(self, "_schema_ok", False):  # the write queries' index hints need the indexes
-            self.ensure_schema()
+        self._ensure_schema_once()
         with self._session() as session:
             have_nodes, have_rels = self._begin(session, projection, generation, source_id)
             if source_id:  # a source's projection (not the links)
@@ -523,8 +527,7 @@ class Neo4jStore:
         marker = self.marker(source_id)
         if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
             return None
-        if not getattr(self, "_schema_ok", False):
-            self.ensure_schema()
+        self._ensure_schema_once()
         plan = _Plan()
         plan.stale_nodes = list(removed_nodes)
         for _nid, (label, row) in node_rows.items():
@@ -636,8 +639,7 @@ class Neo4jStore:
         first change after a server start does not pay their planning (~4 s on a cold JVM, the
         first watch batch on the bench corpus), and read what `source_ids` and the links hold (their
         pages come into the page cache). Returns the number of statements."""
-        if not getattr(self, "_schema_ok", False):
-            self.ensure_schema()
+        self._ensure_schema_once()
         statements = [self._DROP_NODES]
         for label in ALLOWED_LABELS:
             statements.extend(self._node_statements(label))

@@ -445,7 +445,6 @@ class QdrantStore:
         if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
             return None
         t0 = time.perf_counter()
-        m = self._models
         prepared = {k: self._prepare(source_id, kind, pts) for k, (pts, _gone) in changes.items()}
         self._ensure_room(MARKERS_COLLECTION, [])
         self.begin(source_id, generation)
@@ -453,21 +452,13 @@ class QdrantStore:
         stats: dict[str, dict] = {}
         for k, rows in prepared.items():
             name = collection_name(k)
-            self._vectors(source_id, rows, resolve_vectors)
-            if rows:
-                self.ensure_collection(k, rows[0][1].shape[0])
-            self._ensure_room(name, rows)
-            for start in range(0, len(rows), batch_size):
-                self._upsert(name, [m.PointStruct(id=pid, vector=vec.tolist(), payload=payload)
-                                    for pid, vec, payload, _ in rows[start:start + batch_size]])
+            upserted = self._upsert_prepared(k, source_id, rows, batch_size, resolve_vectors)
             gone = sorted({point_id(c) for c in changes[k][1]} - {r[0] for r in rows})
-            if gone and self.collection_dim(k) is not None:
-                for start in range(0, len(gone), batch_size):
-                    self.client.delete(name, points_selector=m.PointIdsList(points=gone[start:start + batch_size]),
-                                       wait=True)
+            deleted = 0
             if self.collection_dim(k) is not None:
+                deleted = self._delete_points(name, gone, batch_size)
                 self._sync_local(name)  # points durable before the marker says committed
-            stats[k] = {"upserted": len(rows), "deleted": len(gone)}
+            stats[k] = {"upserted": upserted, "deleted": deleted}
             fault_point(f"qdrant:after_collection:{k}")
         self.commit(source_id, generation)
         main = stats.get(kind, {"upserted": 0, "deleted": 0})
@@ -530,32 +521,39 @@ class QdrantStore:
     def _write_collection(self, kind: str, source_id: str, prepared: list[list], batch_size: int,
                           skip_unchanged: bool, resolve: Callable[[list[str]], dict] | None) -> dict:
         """Upsert what changed, delete the source's points that are no longer wanted."""
-        m = self._models
         name = collection_name(kind)
         existing = self._stored_digests(name, source_id) if self.collection_dim(kind) is not None else {}
         to_write = [r for r in prepared if not skip_unchanged or existing.get(r[0]) != r[2][DIGEST_FIELD]]
-        self._vectors(source_id, to_write, resolve)
-        if to_write:
-            self.ensure_collection(kind, to_write[0][1].shape[0])
+        upserted = self._upsert_prepared(kind, source_id, to_write, batch_size, resolve)
         has_collection = self.collection_dim(kind) is not None
-        self._ensure_room(name, to_write)
-        upserted = 0
-        for start in range(0, len(to_write), batch_size):
-            batch = to_write[start:start + batch_size]
-            self._upsert(name, [m.PointStruct(id=pid, vector=vec.tolist(), payload=payload)
-                                for pid, vec, payload, _ in batch])
-            upserted += len(batch)
         deleted = total = 0
         if has_collection:
             keep = {r[0] for r in prepared}
-            stale = sorted(set(existing) - keep)
             total = len(keep)
-            for start in range(0, len(stale), batch_size):
-                ids = stale[start:start + batch_size]
-                self.client.delete(name, points_selector=m.PointIdsList(points=ids), wait=True)
-                deleted += len(ids)
+            deleted = self._delete_points(name, sorted(set(existing) - keep), batch_size)
         return {"upserted": upserted, "skipped": len(prepared) - len(to_write), "deleted": deleted, "points": total,
                 "has_collection": has_collection}
+
+    def _upsert_prepared(self, kind: str, source_id: str, rows: list[list], batch_size: int,
+                         resolve: Callable[[list[str]], dict] | None) -> int:
+        """Resolve the rows' vectors, create the collection on the first point, check the disk,
+        upsert in batches; returns the number of points written."""
+        m = self._models
+        name = collection_name(kind)
+        self._vectors(source_id, rows, resolve)
+        if rows:
+            self.ensure_collection(kind, rows[0][1].shape[0])
+        self._ensure_room(name, rows)
+        for start in range(0, len(rows), batch_size):
+            self._upsert(name, [m.PointStruct(id=pid, vector=vec.tolist(), payload=payload)
+                                for pid, vec, payload, _ in rows[start:start + batch_size]])
+        return len(rows)
+
+    def _delete_points(self, name: str, ids: list[str], batch_size: int) -> int:
+        m = self._models
+        for start in range(0, len(ids), batch_size):
+            self.client.delete(name, points_selector=m.PointIdsList(points=ids[start:start + batch_size]), wait=True)
+        return len(ids)
 
     def delete_source(self, source_id: str) -> int:
         """Remove the source's points from every collection and its marker."""

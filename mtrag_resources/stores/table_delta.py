@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mtrag_resources.core.atomic import write_text_atomic
+from mtrag_resources.stores.contract import COMMITTED
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 STATE_FILE = "state.json"
@@ -68,8 +69,24 @@ class ProjectedTables:
         write_text_atomic(self.folder / STATE_FILE, json.dumps(
             {"generation": generation, "tables": sorted(tables), "extra": extra or {}}, sort_keys=True))
 
-    def clear(self) -> None:
-        (self.folder / STATE_FILE).unlink(missing_ok=True)
+    def base_for(self, generation: str, version: dict, tables: dict[str, Path]) -> Projected | None:
+        """The snapshot a write of `generation` from `tables` may diff against: one whose recorded
+        `version` entries (code versions, embedders, ...) are these, of another generation (a
+        rebuild of the same one takes the full write, which doubles as a repair), whose tables have
+        the new ones' columns. None: only the full write is right. The caller still asks the store
+        whether it holds the snapshot's generation."""
+        last = self.load()
+        if (last is None or last.generation == generation
+                or any(last.extra.get(k) != v for k, v in version.items())
+                or set(tables) != set(last.tables)
+                or not all(same_columns(new, last.tables[name]) for name, new in tables.items())):
+            return None
+        return last
+
+    def save_if_committed(self, marker, generation: str, tables: dict[str, Path], extra: dict) -> None:
+        """`save`, when the store's `marker` (after the write) says it committed `generation`."""
+        if marker is not None and marker.state == COMMITTED and marker.generation == generation:
+            self.save(generation, tables, extra)
 
 
 @dataclass
