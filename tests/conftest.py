@@ -39,8 +39,7 @@ def mtrag_env(tmp_path, monkeypatch, neo4j_uri):
     from tests.corpus import write_corpus
     paths = write_corpus(tmp_path / "corpus")
     home = tmp_path / "home"
-    _point_env_at(monkeypatch, home, paths["sources"], neo4j_uri)
-    _wipe_neo4j(neo4j_uri)
+    use_fresh_home(monkeypatch, home, paths["sources"], neo4j_uri)
     paths["home"] = home
     return paths
 
@@ -54,11 +53,14 @@ def _wipe_neo4j(uri: str) -> None:
         store.close()
 
 
-def _point_env_at(mp, home: Path, sources: Path, neo4j_uri: str) -> None:
+def use_fresh_home(mp, home: Path, sources: Path, neo4j_uri: str) -> None:
+    """Point the environment (through monkeypatch `mp`) at a test's own home and sources file,
+    with the session's Neo4j emptied."""
     mp.setenv("MTRAG_HOME", str(home))
     mp.setenv("MTRAG_SOURCES", str(sources))
     mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
     mp.setenv("NEO4J_URI", neo4j_uri)
+    _wipe_neo4j(neo4j_uri)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,6 @@ def published(tmp_path_factory, neo4j_uri):
     paths = write_corpus(root / "corpus")
     paths["home"] = root / "home"
     with pytest.MonkeyPatch.context() as mp:
-        _point_env_at(mp, paths["home"], paths["sources"], neo4j_uri)
-        _wipe_neo4j(neo4j_uri)
+        use_fresh_home(mp, paths["home"], paths["sources"], neo4j_uri)
         build()
         yield paths

@@ -31,7 +31,7 @@ from mtrag_resources.ingest.sources import load_sources
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.stores.connect import open_fts, open_neo4j
 from mtrag_resources.stores.tables import read_rows
-from tests.conftest import _point_env_at, _wipe_neo4j
+from tests.conftest import use_fresh_home
 from tests.corpus import write_corpus
 from tests.http_helpers import running_server
 
@@ -128,8 +128,7 @@ def hostile(tmp_path_factory, neo4j_uri):
     paths = write_hostile(root / "corpus")
     paths["home"] = root / "home"
     with pytest.MonkeyPatch.context() as mp:
-        _point_env_at(mp, paths["home"], paths["sources"], neo4j_uri)
-        _wipe_neo4j(neo4j_uri)
+        use_fresh_home(mp, paths["home"], paths["sources"], neo4j_uri)
         settings = Settings.from_env().ensure()
         paths["warnings"] = publish_with_stages(settings)
         paths["settings"] = settings

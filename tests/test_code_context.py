@@ -13,7 +13,7 @@ from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.stores.tables import read_rows
 from tests.build_helpers import build, settings
-from tests.conftest import _point_env_at, _wipe_neo4j
+from tests.conftest import use_fresh_home
 
 pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
@@ -77,8 +77,7 @@ def netkit(tmp_path_factory, neo4j_uri):
         """))
     home = root / "home"
     with pytest.MonkeyPatch.context() as mp:
-        _point_env_at(mp, home, sources, neo4j_uri)
-        _wipe_neo4j(neo4j_uri)
+        use_fresh_home(mp, home, sources, neo4j_uri)
         build()
         reader = IndexReader(home=str(home), log_proposals=False)
         try:

@@ -263,13 +263,12 @@ def test_git_entries_parse_and_their_origin_errors_stay_with_their_entry(repo, t
 
 def _git_env(tmp_path, monkeypatch, neo4j_uri, repo: Git, ref: str = "main", extra: str = "",
              include: str = "src/**/*.py") -> dict:
-    from tests.conftest import _point_env_at, _wipe_neo4j
+    from tests.conftest import use_fresh_home
     sources = tmp_path / "sources.yaml"
     sources.write_text(f"sources:\n  - {{id: shop, kind: code, git: {repo.root}, ref: {ref}, "
                        f"include: ['{include}']}}\n" + extra)
     home = tmp_path / "home"
-    _point_env_at(monkeypatch, home, sources, neo4j_uri)
-    _wipe_neo4j(neo4j_uri)
+    use_fresh_home(monkeypatch, home, sources, neo4j_uri)
     return {"home": home, "sources": sources}
 
 

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
 @pytest.fixture
 def docs_env(tmp_path, monkeypatch, neo4j_uri):
-    from tests.conftest import _point_env_at, _wipe_neo4j
+    from tests.conftest import use_fresh_home
     root = tmp_path / "manuals"
     root.mkdir()
     files = {"guide.html": SITE.encode(), "manual.pdf": manual_pdf(), "scanned.pdf": scanned_pdf(),
@@ -27,8 +27,7 @@ def docs_env(tmp_path, monkeypatch, neo4j_uri):
     sources = tmp_path / "sources.yaml"
     sources.write_text(f"sources:\n  - {{id: manuals, kind: docs, path: {root}, include: ['**/*']}}\n")
     home = tmp_path / "home"
-    _point_env_at(monkeypatch, home, sources, neo4j_uri)
-    _wipe_neo4j(neo4j_uri)
+    use_fresh_home(monkeypatch, home, sources, neo4j_uri)
     return {"root": root, "home": home, "files": files}
 
 

@@ -414,7 +414,7 @@ class Cart:
 
 
 def _issues_env(tmp_path, monkeypatch, neo4j_uri) -> dict:
-    from tests.conftest import _point_env_at, _wipe_neo4j
+    from tests.conftest import use_fresh_home
     pkg = tmp_path / "shop" / "src" / "shopcart"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text('"""Shopcart."""\n')
@@ -428,8 +428,7 @@ def _issues_env(tmp_path, monkeypatch, neo4j_uri) -> dict:
                        "  - {id: tracker, kind: issues, path: tracker.json}\n"
                        "  - {id: broken, kind: issues, path: broken.json}\n")
     home = tmp_path / "home"
-    _point_env_at(monkeypatch, home, sources, neo4j_uri)
-    _wipe_neo4j(neo4j_uri)
+    use_fresh_home(monkeypatch, home, sources, neo4j_uri)
     return {"home": home, "sources": sources, "tracker": tmp_path / "tracker.json"}
 
 

@@ -31,14 +31,13 @@ def _trigrams(text: str) -> set[str]:
 
 @pytest.fixture
 def cjk_home(tmp_path, monkeypatch, neo4j_uri):
-    from tests.conftest import _point_env_at, _wipe_neo4j
+    from tests.conftest import use_fresh_home
     docs = tmp_path / "docs"
     shutil.copytree(CJK_DOCS, docs)
     sources = tmp_path / "sources.yaml"
     sources.write_text(f"sources:\n  - id: zh\n    kind: docs\n    path: {docs}\n    include: ['*.md']\n")
     home = tmp_path / "home"
-    _point_env_at(monkeypatch, home, sources, neo4j_uri)
-    _wipe_neo4j(neo4j_uri)
+    use_fresh_home(monkeypatch, home, sources, neo4j_uri)
     return {"home": home, "docs": docs, "sources": sources}
 
 

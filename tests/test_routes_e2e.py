@@ -19,7 +19,7 @@ from mtrag_resources.serving.reader import IndexReader
 from mtrag_resources.stores.connect import open_fts, open_neo4j
 from mtrag_resources.stores.tables import read_rows
 from tests.build_helpers import build, latest_metadata, settings
-from tests.conftest import _point_env_at, _wipe_neo4j
+from tests.conftest import use_fresh_home
 
 pytestmark = [pytest.mark.integration, pytest.mark.neo4j]
 
@@ -135,8 +135,7 @@ def webapps(tmp_path, monkeypatch, neo4j_uri):
     sources = root / "sources.yaml"
     sources.write_text('sources:\n  - {id: webapps, kind: code, path: webapps, include: ["**/*.py"]}\n')
     home = tmp_path / "home"
-    _point_env_at(monkeypatch, home, sources, neo4j_uri)
-    _wipe_neo4j(neo4j_uri)
+    use_fresh_home(monkeypatch, home, sources, neo4j_uri)
     build()
     return home
 

@@ -203,7 +203,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def test_watch_follows_a_git_ref_new_commits_publish_uncommitted_edits_do_not(tmp_path, monkeypatch, neo4j_uri):
-    from tests.conftest import _point_env_at, _wipe_neo4j
+    from tests.conftest import use_fresh_home
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)
     (repo / "pkg" / "calc.py").write_text('def add(a, b):\n    """Add two numbers."""\n    return a + b\n')
@@ -212,8 +212,7 @@ def test_watch_follows_a_git_ref_new_commits_publish_uncommitted_edits_do_not(tm
     _git(repo, "commit", "-q", "-m", "first")
     sources = tmp_path / "sources.yaml"
     sources.write_text(f"sources:\n  - {{id: calc, kind: code, git: {repo}, ref: main, include: ['pkg/**/*.py']}}\n")
-    _point_env_at(monkeypatch, tmp_path / "home", sources, neo4j_uri)
-    _wipe_neo4j(neo4j_uri)
+    use_fresh_home(monkeypatch, tmp_path / "home", sources, neo4j_uri)
     env = dict(os.environ)
     env.pop("MTRAG_FAULT", None)
     watch = first_watch(env)
