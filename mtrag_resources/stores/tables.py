@@ -89,34 +89,39 @@ _DECODED_LOCK = threading.Lock()
 DECODED_MAX_ROWS = 250_000
 
 
-def _decoded(path: Path) -> list[dict] | None:
+def _identity(path: Path) -> tuple | None:
     try:
         st = path.stat()
     except FileNotFoundError:
         return None
-    key = (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+    return (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _decoded(path: Path) -> list[dict] | None:
+    key = _identity(path)
+    if key is None:
+        return None
     with _DECODED_LOCK:
         records = _DECODED.get(key)
         if records is not None:
             _DECODED.move_to_end(key)
             return records
     records = pq.read_table(path).to_pylist()
-    with _DECODED_LOCK:
-        _DECODED[key] = records
-        while len(_DECODED) > 1 and sum(len(v) for v in _DECODED.values()) > DECODED_MAX_ROWS:
-            _DECODED.popitem(last=False)
+    _keep(key, records)
     return records
 
 
 def _remember(path: Path, records: list[dict]) -> None:
     """The rows just written to `path`, as its decoded entry (what reading it back would give:
     flat values, nested ones already JSON)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return
+    key = _identity(path)
+    if key is not None:
+        _keep(key, records)
+
+
+def _keep(key: tuple, records: list[dict]) -> None:
     with _DECODED_LOCK:
-        _DECODED[(str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)] = records
+        _DECODED[key] = records
         while len(_DECODED) > 1 and sum(len(v) for v in _DECODED.values()) > DECODED_MAX_ROWS:
             _DECODED.popitem(last=False)
 
