@@ -360,6 +360,8 @@ def _one_line(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mtrag_resources.core.errors import MtragError
+    from mtrag_resources.core.gc_tuning import tune_gc
+    tune_gc()
     try:
         return args.func(args)
     except MtragError as exc:

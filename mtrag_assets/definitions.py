@@ -1,6 +1,8 @@
 """The code location `dagster dev` loads (workspace.yaml)."""
 import dagster as dg
 
+from mtrag_resources.core.gc_tuning import tune_gc
+
 from mtrag_assets.canonical_graph import canonical_graph
 from mtrag_assets.cas_chunks import cas_chunks
 from mtrag_assets.checks import ALL_CHECKS
@@ -15,6 +17,8 @@ from mtrag_assets.jobs import JOBS
 from mtrag_assets.resources import IndexReaderResource, MtragResource
 from mtrag_assets.schedules import nightly_rebuild
 from mtrag_assets.sensors import source_changes, sources_sync
+
+tune_gc()  # the code server and every run worker build rows by the million (core/gc_tuning.py)
 
 PARTITIONED_ASSETS = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdrant_collection, fts_db, neo4j_graph]
 GLOBAL_ASSETS = [cross_source_links, index_manifest]
