@@ -84,3 +84,29 @@ def test_two_sources_with_the_same_files_keep_their_own_graph_facts(tmp_path):
     for sid in ("shop", "shop-fork"):
         nodes = read_rows(SourceLayout(settings, sid).nodes, GraphNode)
         assert nodes and all(n.node_id.startswith(f"{sid}:") for n in nodes), sid
+
+
+def test_shared_reads_follow_every_write_and_copies_stay_private(tmp_path):
+    """read_shared gives one list per file version to every reader (the writer's own instances
+    after write_rows); a new write is seen at once; read_rows' rows stay the caller's own."""
+    from mtrag_resources.core.models import GraphNode
+    from mtrag_resources.stores.tables import read_rows, read_shared, write_rows
+
+    path = tmp_path / "nodes.parquet"
+    written = [GraphNode(node_id="s:a", label="Function", name="a", qualified_name="m.a", source_id="s")]
+    write_rows(path, written, GraphNode)
+    shared = read_shared(path, GraphNode)
+    assert shared[0] is written[0] and read_shared(path, GraphNode) is shared
+    assert read_shared(path)[0]["node_id"] == "s:a"
+    mine = read_rows(path, GraphNode)
+    mine[0].name = "changed by a caller"
+    assert read_shared(path, GraphNode)[0].name == "a" and read_rows(path)[0]["name"] == "a"
+
+    write_rows(path, [GraphNode(node_id="s:b", label="Class", name="b", qualified_name="m.b", source_id="s")], GraphNode)
+    assert [n.node_id for n in read_shared(path, GraphNode)] == ["s:b"]
+    assert [r["node_id"] for r in read_shared(path)] == ["s:b"]
+
+    write_table(path, pa.Table.from_pylist([{"node_id": "s:c", "label": "Module", "name": "c",
+                                             "qualified_name": "c", "source_id": "s"}]))
+    assert [n.node_id for n in read_shared(path, GraphNode)] == ["s:c"]  # built from the file's records
+    assert read_shared(tmp_path / "missing.parquet", GraphNode) == []

@@ -9,7 +9,7 @@ from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.core.models import cjk_children, vector_hash
-from mtrag_resources.stores.tables import read_rows
+from mtrag_resources.stores.tables import read_shared
 
 CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")
 
@@ -37,7 +37,7 @@ class StoreView:
 
 def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerprint_id: str, dim: int,
                  ml_fingerprint_id: str | None = None) -> list[CheckOutcome]:
-    rows = read_rows(SourceLayout(settings, spec.id).chunks)
+    rows = read_shared(SourceLayout(settings, spec.id).chunks)
     generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
     return [check_markers(spec.id, view, generation), check_counts(spec.id, view, rows),
             check_embedder(settings, spec.id, view, rows, fingerprint_id, dim, ml_fingerprint_id),

@@ -10,7 +10,7 @@ from mtrag_resources.publish.checks import (CheckOutcome, StoreView, check_count
                                             check_markers)
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
 from mtrag_resources.stores.contract import LINKS_SOURCE
-from mtrag_resources.stores.tables import read_rows
+from mtrag_resources.stores.tables import read_shared
 
 
 def _markers(qdrant, fts, neo, source_id: str) -> dict:
@@ -62,7 +62,7 @@ def check_one(settings: Settings, spec: SourceSpec, name: str, fingerprint_id: s
         with opener(settings) as client:
             view = StoreView(markers={store: client.marker(spec.id)})
         return check_markers(spec.id, view, read_state(layout).get("generation", ""))
-    rows = read_rows(layout.chunks)
+    rows = read_shared(layout.chunks)
     if name == "embedder_fingerprint":
         with open_qdrant(settings) as qdrant:
             view = StoreView(markers={}, qdrant_dim=(qdrant.collection_info(spec.kind) or {}).get("dim"))

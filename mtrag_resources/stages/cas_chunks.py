@@ -184,7 +184,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         table = _assemble(_kept_rows(layout, kept), new_rows, spec, inventory)
         rows = table.to_pylist()
         _check_unique_ids(spec.id, rows)
-        write_table(layout.chunks, table)
+        write_table(layout.chunks, table, records=rows)  # the stages after this one read them shared
         write_bytes_atomic(layout.facts, json.dumps(
             {"code_version": CODE_VERSIONS["cas_chunks"], "files": index}).encode())
         _remove_unused_facts(layout, {e["key"] for e in index.values()})

@@ -12,7 +12,7 @@ from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.contract import LINKS_SOURCE
-from mtrag_resources.stores.tables import read_rows, write_rows
+from mtrag_resources.stores.tables import read_shared, write_rows
 from mtrag_resources.stages.cas_chunks import load_facts
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -36,10 +36,10 @@ def build_index(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolInde
     nodes_by_id: dict[str, GraphNode] = {}
     for spec in specs:
         layout = SourceLayout(settings, spec.id)
-        nodes = read_rows(layout.nodes, GraphNode)
+        nodes = read_shared(layout.nodes, GraphNode)
         nodes_by_id.update((n.node_id, n) for n in nodes)
         index.add_nodes(nodes)
-        index.add_relations(nodes_by_id, read_rows(layout.relations, GraphRelation))
+        index.add_relations(nodes_by_id, read_shared(layout.relations, GraphRelation))
         for f in load_facts(layout).values():
             index.add_imports(f["parsed"]["imports"])
     return index, nodes_by_id
@@ -52,8 +52,8 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
     chunk_ids: set[str] = set()
     for spec in specs:
         layout = SourceLayout(settings, spec.id)
-        references.extend(read_rows(layout.references, DocReference))
-        for r in read_rows(layout.chunks):
+        references.extend(read_shared(layout.references, DocReference))
+        for r in read_shared(layout.chunks):
             chunk_hash[r["chunk_id"]] = r["content_hash"]
             chunk_ids.add(r["chunk_id"])
     links, unresolved = resolve_links(index, references)

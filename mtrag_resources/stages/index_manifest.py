@@ -19,7 +19,7 @@ from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
-from mtrag_resources.stores.tables import read_rows
+from mtrag_resources.stores.tables import read_rows, read_shared
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, read_state
@@ -125,7 +125,7 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
         sources = {}
         for spec in specs:
             layout = SourceLayout(settings, spec.id)
-            rows = read_rows(layout.chunks)
+            rows = read_shared(layout.chunks)
             inv = load_inventory(layout)
             gen = read_state(layout)["generation"]
             sources[spec.id] = {

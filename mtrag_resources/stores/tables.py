@@ -22,9 +22,15 @@ T = TypeVar("T")
 def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
     """Lists of strings stay lists; a dict value goes as JSON, so the schema stays flat."""
     rows = list(rows)
-    columns = _dataclass_columns(rows)
+    columns, flat = _dataclass_columns(rows)
     if columns is not None:  # column-wise: a third of from_pylist's time on 30k graph rows
         table = pa.table(columns)
+        if flat and row_type is not None and type(rows[0]) is row_type:
+            # The writer's instances are the file's decoded entry of row_type; records, which few
+            # readers of a graph table want, are decoded from the file when one asks.
+            write_table(path, table)
+            _remember(Path(path), rows, row_type)
+            return len(rows)
         names = list(columns)
         records = [dict(zip(names, values)) for values in zip(*columns.values())]
     else:
@@ -47,25 +53,28 @@ def _flat(value):
     return json.dumps(value, sort_keys=True) if type(value) is dict else value
 
 
-def _dataclass_columns(rows: list) -> dict[str, list] | None:
-    """{field: values} of rows that are instances of one dataclass with nothing but its fields
-    (None otherwise: the row-wise path)."""
+def _dataclass_columns(rows: list) -> tuple[dict[str, list] | None, bool]:
+    """({field: values}, whether every value went as it is (no dict turned into JSON)) of rows that
+    are instances of one dataclass with nothing but its fields ((None, False) otherwise: the
+    row-wise path)."""
     if not rows or not dataclasses.is_dataclass(rows[0]):
-        return None
+        return None, False
     kind = type(rows[0])
     names = [f.name for f in dataclasses.fields(kind)]
     if list(vars(rows[0])) != names or any(type(r) is not kind for r in rows):
-        return None
-    columns = {}
+        return None, False
+    columns, flat = {}, True
     for name in names:
         values = [getattr(r, name) for r in rows]
         if any(type(v) is dict for v in values):
-            values = [_flat(v) for v in values]
+            values, flat = [_flat(v) for v in values], False
         columns[name] = values
-    return columns
+    return columns, flat
 
 
-def write_table(path: Path, table: pa.Table) -> None:
+def write_table(path: Path, table: pa.Table, records: list[dict] | None = None) -> None:
+    """`records`: the table's rows as to_pylist gives them, when the caller has them anyway; they
+    become the file's decoded entry (read_shared) and so are the caller's no more to change."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
@@ -74,19 +83,22 @@ def write_table(path: Path, table: pa.Table) -> None:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
         _forget(path)
+        if records is not None and len(records) == table.num_rows:
+            _remember(path, records)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-# Decoded tables by file identity (path, inode, mtime, size): every write replaces the file (a new
-# inode; this process also forgets the path when it writes it), so an entry is not stale. The
-# stages and checks of one build (and every batch of `mtrag watch`) read the same chunk table up
-# to eight times; decoding it was ~0.1 s a time at 14k rows. Bounded by rows, so that a build's
-# memory does not grow with every table it touched.
-_DECODED: "OrderedDict[tuple, list[dict]]" = OrderedDict()
+# Decoded tables by file identity (path, inode, mtime, size) and form (None: records; a dataclass:
+# its instances, read_shared): every write replaces the file (a new inode; this process also
+# forgets the path when it writes it), so an entry is not stale. The stages and checks of one build
+# (and every batch of `mtrag watch`) read the same chunk table up to eight times; decoding it was
+# ~0.1 s a time at 14k rows. Bounded by rows, so that a build's memory does not grow with every
+# table it touched.
+_DECODED: "OrderedDict[tuple, list]" = OrderedDict()
 _DECODED_LOCK = threading.Lock()
-DECODED_MAX_ROWS = 250_000
+DECODED_MAX_ROWS = 500_000  # django: ~145k records and ~115k instances per build
 
 
 def _identity(path: Path) -> tuple | None:
@@ -97,31 +109,32 @@ def _identity(path: Path) -> tuple | None:
     return (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _decoded(path: Path) -> list[dict] | None:
+def _decoded(path: Path, form: type | None = None) -> list | None:
     key = _identity(path)
     if key is None:
         return None
+    key += (form,)
     with _DECODED_LOCK:
-        records = _DECODED.get(key)
-        if records is not None:
+        found = _DECODED.get(key)
+        if found is not None:
             _DECODED.move_to_end(key)
-            return records
-    records = pq.read_table(path).to_pylist()
-    _keep(key, records)
-    return records
+            return found
+    found = pq.read_table(path).to_pylist() if form is None else as_rows(_decoded(path), form)
+    _keep(key, found)
+    return found
 
 
-def _remember(path: Path, records: list[dict]) -> None:
-    """The rows just written to `path`, as its decoded entry (what reading it back would give:
-    flat values, nested ones already JSON)."""
+def _remember(path: Path, rows: list, form: type | None = None) -> None:
+    """The rows just written to `path`, as its decoded entry of `form` (records: what reading it
+    back would give, flat values, nested ones already JSON; or the writer's own instances)."""
     key = _identity(path)
     if key is not None:
-        _keep(key, records)
+        _keep(key + (form,), rows)
 
 
-def _keep(key: tuple, records: list[dict]) -> None:
+def _keep(key: tuple, rows: list) -> None:
     with _DECODED_LOCK:
-        _DECODED[key] = records
+        _DECODED[key] = rows
         while len(_DECODED) > 1 and sum(len(v) for v in _DECODED.values()) > DECODED_MAX_ROWS:
             _DECODED.popitem(last=False)
 
@@ -142,6 +155,14 @@ def read_rows(path: Path, row_type: type[T] | None = None) -> list:
     if row_type is None:
         return [dict(r) for r in records]
     return as_rows(records, row_type)
+
+
+def read_shared(path: Path, row_type: type[T] | None = None) -> list:
+    """The table's rows as read_rows gives them, but shared with this process's other readers
+    (and with the writer that wrote them, for write_rows' own instances): read them, never change
+    them. For the stages and checks that only look: copying or building 40k rows again per reader
+    was ~0.1 s each at django's size."""
+    return _decoded(Path(path), row_type) or []
 
 
 def as_rows(records: Iterable[dict], row_type: type[T]) -> list[T]:
