@@ -414,3 +414,41 @@ def test_a_full_disk_refuses_the_write_before_it_starts(tmp_path: Path, engine: 
         assert s.marker("src-a").generation == "g1" and s.marker("src-a").committed
         assert s.count("code", "src-a") == 5
     assert not (tmp_path / "pub" / "qdrant").exists()
+
+
+def test_a_reader_removes_dead_readers_folders_and_keeps_live_ones(tmp_path: Path, engine: str) -> None:
+    """A one-shot reader (`mtrag query`) exits without removing its private folder; the next
+    reader removes it (in the background) and leaves alone the folders of readers still alive."""
+    import time
+
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.stores.connect import open_published_qdrant
+
+    live, published = tmp_path / "live", tmp_path / "pub" / "qdrant"
+    with QdrantStore(path=live) as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 5))
+        s.publish_snapshot(published)
+    readers = published.parent / ".readers"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = readers / f"{dead_pid}-left"
+        (dead / "segments" / "s1").mkdir(parents=True)
+        (dead / "segments" / "s1" / "data").write_bytes(b"x" * 100)
+        Path(f"{dead}.mtrag.lock").write_text("")
+        kept = readers / f"{alive.pid}-open"
+        kept.mkdir()
+        store, private = open_published_qdrant(Settings(home=tmp_path / "home"), str(published))
+        try:
+            assert store.count("code", "src-a") == 5
+            deadline = time.monotonic() + 10
+            while (dead.exists() or Path(f"{dead}.mtrag.lock").exists()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not dead.exists() and not Path(f"{dead}.mtrag.lock").exists()
+            assert kept.is_dir() and Path(private).is_dir()
+        finally:
+            store.close()
+    finally:
+        alive.kill()
+        alive.wait()

@@ -25,7 +25,7 @@ import json
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -109,6 +109,9 @@ class ReaderCore:
         self._embedder_lock = threading.Lock()
         self._loaded_stamp = None
         self.manifest: dict | None = None
+        self._neo4j_store = None                   # the graph connection (the `_neo4j` property)
+        self._neo4j_pending: Future | None = None  # or the connection a switch is still making
+        self._pending_lock = threading.Lock()
         self._qdrant = self._fts = self._neo4j = None
         self._neo4j_error: str | None = None
         self._neo4j_tried = 0.0
@@ -206,13 +209,39 @@ class ReaderCore:
     def _open_stores(self, manifest: dict) -> tuple:
         """(qdrant, its private folder, fts, neo4j) for `manifest`; nothing stays open on failure."""
         snapshot = manifest.get("stores", {}).get("qdrant_snapshot")
-        qdrant, copy = open_published_qdrant(self.settings, snapshot)
+        # The graph connection (the driver's import, a Bolt handshake, the markers' read) is made
+        # on the side pool while this thread opens the vector segments and a first query embeds and
+        # searches; the first graph use waits for it (`_neo4j`). A CLI query pays the longest, not
+        # the sum.
+        graph = self._side_pool.submit(self._connect_neo4j)
         try:
-            fts = open_fts(self.settings)
+            qdrant, copy = open_published_qdrant(self.settings, snapshot)
+            try:
+                fts = open_fts(self.settings)
+            except BaseException:
+                self._close((qdrant, copy, None, None))
+                raise
         except BaseException:
-            self._close((qdrant, copy, None, None))
+            self._close((None, None, None, graph.result()))
             raise
-        return qdrant, copy, fts, self._connect_neo4j()
+        return qdrant, copy, fts, graph
+
+    @property
+    def _neo4j(self):
+        """The graph connection or None; waits for one a switch is still making."""
+        with self._pending_lock:
+            if self._neo4j_pending is not None:
+                self._neo4j_store, self._neo4j_pending = self._neo4j_pending.result(), None
+            return self._neo4j_store
+
+    @_neo4j.setter
+    def _neo4j(self, value) -> None:
+        """A connection, None, or a Future of one (from _open_stores)."""
+        with self._pending_lock:
+            if isinstance(value, Future):
+                self._neo4j_store, self._neo4j_pending = None, value
+            else:
+                self._neo4j_store, self._neo4j_pending = value, None
 
     def _connect_neo4j(self):
         """A graph connection, or None (its channel then reports why: `_neo4j_error`)."""

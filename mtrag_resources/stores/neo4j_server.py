@@ -201,7 +201,7 @@ def _free_port() -> int:
 
 
 def bolt_answers(uri: str, user: str | None = None, password: str | None = None, timeout: float = 5.0) -> bool:
-    from neo4j import GraphDatabase  # the driver is only needed once a server exists
+    from mtrag_resources.stores.neo4j_driver import GraphDatabase  # only needed once a server exists
 
     auth = (user, password or "") if user else None
     try:

@@ -38,8 +38,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from neo4j import GraphDatabase, RoutingControl
-from neo4j.exceptions import ClientError
+from mtrag_resources.stores.neo4j_driver import ClientError, GraphDatabase, RoutingControl
 
 from mtrag_resources.core.faults import fault_point
 from mtrag_resources.core.models import GraphNode, GraphRelation
