@@ -107,6 +107,7 @@ class ReaderCore:
         self._watching = threading.Event()         # a switch thread moves this reader (watch_current)
         self._stopped = threading.Event()
         self._embedder_lock = threading.Lock()
+        self._dense_wanted = False                 # the first query embeds: preload the embedder
         self._loaded_stamp = None
         self.manifest: dict | None = None
         self._neo4j_store = None                   # the graph connection (the `_neo4j` property)
@@ -172,6 +173,8 @@ class ReaderCore:
             if not self._moved(stamp):
                 return
             manifest = load_current(self.settings.manifest_dir)
+            if first_load and self._dense_wanted and manifest and manifest.get("embedder"):
+                self._side_pool.submit(self._preload_embedder, manifest)
             try:
                 stores = self._open_stores(manifest) if manifest else (None, None, None, None)
             except Exception as exc:
@@ -402,8 +405,17 @@ class ReaderCore:
         return self._multilingual.encode_query(text), _ms(t0)
 
     def embedder(self):
+        return self._embedder_for(self.manifest["embedder"])
+
+    def _preload_embedder(self, manifest: dict) -> None:
+        """Load the query embedder for `manifest` on the side pool while the first generation's
+        stores open (a one-shot `mtrag query` otherwise loads it after them). A failure here is
+        the first query's to report, so it is not raised."""
+        with contextlib.suppress(Exception):
+            self._embedder_for(manifest["embedder"]).model  # noqa: B018 - loads the model files
+
+    def _embedder_for(self, expected: dict):
         from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
-        expected = self.manifest["embedder"]
         with self._embedder_lock:
             # one thread per query: requests run in parallel threads, and one short text
             # gains nothing from splitting (measured: p50 22 ms vs 92 ms with 2 on a busy box)
@@ -428,6 +440,9 @@ class ReaderCore:
     def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid",
               sources: list[str] | None = None) -> dict:
         text = check_query(text, k, kind, mode, sources)
+        # A first query that embeds has the embedder loaded beside the stores' opening (_switch);
+        # one that does not (lexical, exact) would only wait for a load it never uses.
+        self._dense_wanted = "dense" in MODES[mode] or mode == "bundles"
         with self._published_view():
             return self._query(text, k, kind, mode, check_sources(sources))
 
