@@ -47,6 +47,7 @@ def cmd_build(args) -> int:
     golden = load_golden(settings.golden_file)  # a malformed golden file fails now, not after the build
     if golden is not None:
         golden.unknown_sources(s.id for s in specs)
+    known_changes = None
     if not args.source and not args.force:
         from mtrag_resources.publish.build_state import changed_sources, publish_pending
         from mtrag_resources.embedding.embedder import EmbedderConfig, Embedder, fingerprint_id_of
@@ -55,9 +56,11 @@ def cmd_build(args) -> int:
         if not changed and not removed and not publish_pending(settings):
             print(f"nothing changed since the published generation ({time.perf_counter() - t0:.2f} s)")
             return 0
+        if fp:  # taken with the embedder's fingerprint: the build need not scan the sources again
+            known_changes = (changed, removed)
     from mtrag_resources.stores.neo4j_server import launch_local_server
     launch_local_server(settings)  # boots while the first source is chunked and embedded
-    summary = _run_build_or_refusal(settings, specs, args)
+    summary = _run_build_or_refusal(settings, specs, args, known_changes)
     from mtrag_resources.publish.manifest import load_current
     current = load_current(settings.manifest_dir) or {}
     print(f"built {summary['built'] or 'nothing'}; removed {summary['removed'] or 'nothing'}; "
@@ -74,7 +77,7 @@ def cmd_build(args) -> int:
     return 0
 
 
-def _run_build_or_refusal(settings, specs, args) -> dict:
+def _run_build_or_refusal(settings, specs, args, known_changes=None) -> dict:
     """The build; what mtrag refused inside a step (the golden-query gate's refusal, a bad
     `pip_sdist` pin, ...) is reported as that error (one clear message and its exit code) rather
     than as Dagster's step failure around it. Dagster's console log stays silent unless --debug:
@@ -83,7 +86,7 @@ def _run_build_or_refusal(settings, specs, args) -> dict:
     try:
         return run_build(settings, specs, only=args.source or None, force=args.force,
                          accept_quality_drop=args.accept_quality_drop,
-                         console_log_level="WARNING" if args.debug else "CRITICAL")
+                         console_log_level="WARNING" if args.debug else "CRITICAL", changed=known_changes)
     except Exception as exc:  # noqa: BLE001 - re-raised unless mtrag refused something on purpose
         from mtrag_resources.core.errors import MtragError
         cause, seen = exc, set()
