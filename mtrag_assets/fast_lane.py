@@ -26,6 +26,7 @@ from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSI
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.build_state import mark_dirty
+from mtrag_resources.stages.warm import warm_stage_memos
 from mtrag_resources.stores.connect import open_neo4j
 
 from mtrag_assets.checks import ALL_CHECKS
@@ -84,11 +85,15 @@ def _context(resource: MtragResource, tags: dict, partition: str | None):
 
 def warm_up(settings: Settings | None = None, source_ids: list[str] | None = None) -> None:
     """Pay the first batch's one-time costs ahead of it: the ephemeral instance and one context,
-    and Neo4j's for `source_ids` (a server the watch's start just launched has no plans and no
-    pages in memory)."""
+    the stages' memos for `source_ids` (stages/warm.py), and Neo4j's (a server the watch's start
+    just launched has no plans and no pages in memory)."""
     _context(MtragResource(), {PLANE_TAG: "watch"}, None)
     if settings is None:
         return
+    try:
+        warm_stage_memos(settings, source_ids or [])
+    except Exception:  # noqa: BLE001 - a source not built yet (or its tables gone): its first batch reads them
+        pass
     try:
         with open_neo4j(settings) as store:
             store.warm_up(source_ids or [])
@@ -132,7 +137,7 @@ def record(settings: Settings, specs: list[SourceSpec], batch: Batch) -> int:
     with the tags a run's would carry (data version, code version, the data versions of its
     upstream assets and pointers to their records), so that the UI's lineage, staleness and check
     history read the same for both planes. Returns the number of events written."""
-    instance = dagster_instance(settings)
+    instance = _instance(settings)
     sync_partitions(instance, specs)
     code_versions = {k: v for a in PARTITIONED_ASSETS + GLOBAL_ASSETS for k, v in a.code_versions_by_key.items()}
     partitioned = {k for a in PARTITIONED_ASSETS for k in a.keys}
@@ -169,6 +174,18 @@ def record(settings: Settings, specs: list[SourceSpec], batch: Batch) -> int:
         record_ = _latest_record(instance, key, partition)
         latest[(key, partition)] = record_ or (result.data_version.value, None)
     return written
+
+
+_INSTANCES: dict = {}
+
+
+def _instance(settings: Settings) -> dg.DagsterInstance:
+    """The instance at the settings' DAGSTER_HOME, made once per process: a watch records every
+    batch, and making the instance (its storages, its dagster.yaml check) each time cost ~0.1 s."""
+    home = str(settings.dagster_home)
+    if home not in _INSTANCES:
+        _INSTANCES[home] = dagster_instance(settings)
+    return _INSTANCES[home]
 
 
 def _latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mtrag_resources.core.config import Settings
@@ -175,6 +176,10 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
                 "still watching")
 
     converge_next = {"pending": False}
+    # Lineage is written by one worker, in batch order, while the loop takes the next change: a
+    # change saved right after a publish waited for the previous batch's ~15 event writes (0.3-0.5
+    # s at django's size). The loop's end waits for it, so a stopped watch has recorded everything.
+    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtrag-watch-record")
 
     def _apply(paths: set[Path], why: str, known: list[str] | None) -> None:
         t0 = time.perf_counter()
@@ -218,8 +223,15 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
                  batch.batch_id, commits=_commits(settings, [t for t in batch.targets if t in git_by_id]))
         log(f"published generation {generation} ({why}): sources {', '.join(batch.targets) or '-'}, "
             f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
+        recorder.submit(_record, record, batch)
+
+    def _record(record, batch) -> None:
         t1 = time.perf_counter()
-        events = record(settings, specs, batch)
+        try:
+            events = record(settings, specs, batch)
+        except Exception as exc:  # noqa: BLE001 - the generation is published; its lineage is what failed
+            log(f"recording batch {batch.batch_id} failed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
+            return
         log(f"recorded {events} asset events of batch {batch.batch_id} in {time.perf_counter() - t1:.2f} s")
 
     # Converge first: what changed while no watch ran, or what a killed batch left half-applied.
@@ -267,5 +279,6 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             if lagging:
                 log(f"rescan: {', '.join(lagging)} changed without a file event")
                 apply(set(), "rescan", lagging)
+    recorder.shutdown(wait=True)
     log("stopped")
     return 0

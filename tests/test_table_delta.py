@@ -110,3 +110,38 @@ def test_shared_reads_follow_every_write_and_copies_stay_private(tmp_path):
                                              "qualified_name": "c", "source_id": "s"}]))
     assert [n.node_id for n in read_shared(path, GraphNode)] == ["s:c"]  # built from the file's records
     assert read_shared(tmp_path / "missing.parquet", GraphNode) == []
+
+
+def test_warming_loads_the_memos_the_first_batch_reads(tmp_path):
+    """stages/warm.py: after it, the graph stage's facts and the tables are served from memory."""
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.core.layout import SourceLayout
+    from mtrag_resources.core.models import GraphNode
+    from mtrag_resources.ingest.sources import load_sources
+    from mtrag_resources.stages import cas_chunks
+    from mtrag_resources.stages.canonical_graph import build_canonical_graph
+    from mtrag_resources.stages.raw_source import build_raw_source
+    from mtrag_resources.stages.warm import warm_stage_memos
+    from mtrag_resources.stores import tables
+    from tests.corpus import write_corpus
+
+    paths = write_corpus(tmp_path / "corpus")
+    paths["sources"].write_text("sources:\n  - {id: shop, kind: code, path: shop, include: [\"src/**/*.py\"]}\n")
+    settings = Settings(home=tmp_path / "home", sources=paths["sources"]).ensure()
+    spec = load_sources(settings.sources_file)[0]
+    build_raw_source(settings, spec)
+    cas_chunks.build_cas_chunks(settings, spec)
+    build_canonical_graph(settings, spec)
+    cas_chunks._PARSED.clear()
+    cas_chunks._FACTS.clear()
+    tables._DECODED.clear()  # as a process that starts after the build
+
+    assert warm_stage_memos(settings, ["shop", "not-built-yet"]) > 0
+    warmed_facts, warmed_tables = len(cas_chunks._PARSED), len(tables._DECODED)
+    assert warmed_facts > 0 and warmed_tables >= 4  # chunk records; nodes, relations, references
+    layout = SourceLayout(settings, "shop")
+    parsed = cas_chunks.load_parsed_files(layout)
+    assert parsed and all(a[1] is b[1] for a, b in zip(parsed, cas_chunks.load_parsed_files(layout)))
+    nodes = tables.read_shared(layout.nodes, GraphNode)
+    assert nodes and nodes is tables.read_shared(layout.nodes, GraphNode)
+    assert len(cas_chunks._PARSED) == len(parsed) == warmed_facts  # nothing built again
