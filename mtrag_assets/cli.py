@@ -174,7 +174,10 @@ def cmd_serve(args) -> int:
     # published" until CURRENT appears; then a new generation opens beside the served one.
     reader = _reader(Settings.from_env())
     reader.watch_current()
-    serve(reader, host=args.host, port=args.port, api_key=Settings.from_env().api_key)
+    try:
+        serve(reader, host=args.host, port=args.port, api_key=Settings.from_env().api_key)
+    finally:
+        reader.close()  # its private folder of the published vectors goes with it
     return 0
 
 

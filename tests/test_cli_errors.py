@@ -133,6 +133,33 @@ def test_servers_on_a_home_without_a_generation_create_nothing(tmp_path):
 
 
 @pytest.mark.unit
+def test_serve_stops_on_sigterm_and_sigint_even_when_its_parent_ignored_them(tmp_path):
+    """A background job of a non-interactive shell (or a supervisor) may start the server with
+    SIGTERM and SIGINT ignored; an ignored disposition survives exec, and a server that left it as
+    it was outlived every stop by its pid."""
+    import signal
+
+    env = {**os.environ, "MTRAG_HOME": str(tmp_path / "home")}
+    env.pop("MTRAG_SOURCES", None)
+
+    def ignoring():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        server = subprocess.Popen([MTRAG, "serve", "--port", "0"], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, preexec_fn=ignoring)
+        try:
+            assert "mtrag serving on" in server.stdout.readline()
+            server.send_signal(stop)
+            assert server.wait(timeout=60) == 0, server.stdout.read()[-2000:]
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+
+
+@pytest.mark.unit
 def test_an_unexpected_error_is_one_line_unless_debug(tmp_path):
     """A home whose CURRENT names a manifest that is gone: not a refusal mtrag foresaw."""
     home = tmp_path / "broken"

@@ -18,8 +18,10 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -358,7 +360,19 @@ def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str 
 
 
 def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None) -> None:
+    """Serve until SIGTERM or SIGINT (Ctrl-C). Both are handled here, in the main thread, rather
+    than left to their dispositions: a server started under a parent that ignores them (a
+    non-interactive shell's background job, some supervisors) would otherwise outlive every stop by
+    its pid."""
     server = make_server(reader, host, port, api_key)
+    if threading.current_thread() is threading.main_thread():
+        def stop(signum, frame) -> None:
+            # shutdown() waits for serve_forever to end, so not from the thread that runs it; a
+            # request made before serve_forever starts is honoured when it does.
+            threading.Thread(target=server.shutdown, name="mtrag-http-stop", daemon=True).start()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stop)
     print(f"mtrag serving on http://{host}:{server.server_address[1]} (POST /v1/query, GET /v1/status)", flush=True)
     try:
         server.serve_forever()
@@ -366,3 +380,4 @@ def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None
         pass
     finally:
         server.server_close()
+

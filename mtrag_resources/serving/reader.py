@@ -177,6 +177,12 @@ class ReaderCore:
                 self._side_pool.submit(self._preload_embedder, manifest)
             try:
                 stores = self._open_stores(manifest) if manifest else (None, None, None, None)
+                if not first_load and isinstance(stores[3], Future):
+                    # A switch thread waits for the graph connection itself: a query after the
+                    # swap must not wait for it (an unreachable Neo4j takes its connect timeout).
+                    # Only a first load, which a query waits for anyway, leaves it to the graph's
+                    # first use.
+                    stores = (*stores[:3], stores[3].result())
             except Exception as exc:
                 # Without a loaded generation the call fails (the next one tries again); with one,
                 # it keeps serving (its channels report what lags) and retries the switch shortly.
@@ -272,13 +278,20 @@ class ReaderCore:
         self._neo4j_error = _unreachable(exc)
 
     def _take_stores(self) -> tuple:
-        stores = (self._qdrant, self._qdrant_copy, self._fts, self._neo4j)
-        self._qdrant = self._qdrant_copy = self._fts = self._neo4j = None
+        """The loaded stores, now this reader's no more; a graph connection still being made goes
+        as its Future (called under the exclusive lock: nothing here waits for it)."""
+        with self._pending_lock:
+            graph = self._neo4j_pending or self._neo4j_store
+            self._neo4j_store = self._neo4j_pending = None
+        stores = (self._qdrant, self._qdrant_copy, self._fts, graph)
+        self._qdrant = self._qdrant_copy = self._fts = None
         return stores
 
     @staticmethod
     def _close(stores: tuple) -> None:
         qdrant, copy, fts, neo4j = stores
+        if isinstance(neo4j, Future):
+            neo4j = neo4j.result()  # _connect_neo4j never raises: a store or None
         for store in (qdrant, fts, neo4j):
             if store is not None:
                 try:

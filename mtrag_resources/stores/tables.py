@@ -119,7 +119,13 @@ def _decoded(path: Path, form: type | None = None) -> list | None:
         if found is not None:
             _DECODED.move_to_end(key)
             return found
-    found = pq.read_table(path).to_pylist() if form is None else as_rows(_decoded(path), form)
+    if form is None:
+        found = pq.read_table(path).to_pylist()
+    else:
+        records = _decoded(path)
+        if records is None:  # removed since the stat above
+            return None
+        found = as_rows(records, form)
     _keep(key, found)
     return found
 
