@@ -203,7 +203,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
 
     def _fast(paths: set[Path], why: str, t0: float, targets: list[str] | None = None) -> None:
         """The changed files' sources through the fast lane (fast_lane.py): no run, lineage after."""
-        from mtrag_assets.fast_lane import record, run_batch
+        from mtrag_assets.fast_lane import run_batch
         if targets is None:
             targets = [s.id for s in watched if any(_taken([s], roots, p) for p in paths)]
             targets += _moved_refs(settings, git_by_id, git_dirs, paths)
@@ -223,9 +223,10 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
                  batch.batch_id, commits=_commits(settings, [t for t in batch.targets if t in git_by_id]))
         log(f"published generation {generation} ({why}): sources {', '.join(batch.targets) or '-'}, "
             f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
-        recorder.submit(_record, record, batch)
+        recorder.submit(_record, batch)
 
-    def _record(record, batch) -> None:
+    def _record(batch) -> None:
+        from mtrag_assets.fast_lane import record
         t1 = time.perf_counter()
         try:
             events = record(settings, specs, batch)

@@ -74,11 +74,10 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
     version = {**{v: CODE_VERSIONS[v] for v in ("cas_chunks", "qdrant_collection")}, "kind": spec.kind,
                "embedder": embedder.fingerprint_id, "multilingual": multilingual.fingerprint_id if multilingual else ""}
     with timed(meta, "seconds"):
-        cache = EmbeddingCache(settings.embeddings_dir)
+        resolve = _resolver(EmbeddingCache(settings.embeddings_dir), spec.id)
         with open_qdrant(settings) as store:
             store.ensure_collection(spec.kind, embedder.dim)
-            stats = _write_delta(store, layout, spec, generation, snapshot, version, embedder, multilingual,
-                                 _resolver(cache, spec.id))
+            stats = _write_delta(store, layout, spec, generation, snapshot, version, embedder, multilingual, resolve)
             if stats is None:
                 rows = child_rows(layout)
                 points = _points(embedder.fingerprint_id, rows)
@@ -88,7 +87,7 @@ def build_qdrant_collection(settings: Settings, spec: SourceSpec, embedder: Embe
                 extra = {collection_kind(spec.kind): _points(multilingual.fingerprint_id, ml_rows, key=_content_hash)
                          if ml_rows else []}
                 stats = store.write_source(spec.id, spec.kind, generation, points, extra=extra,
-                                           resolve_vectors=_resolver(cache, spec.id))
+                                           resolve_vectors=resolve)
             marker = store.marker(spec.id)
         snapshot.save_if_committed(marker, generation, {"chunks": layout.chunks}, extra=version)
     meta.update({k: v for k, v in stats.items() if isinstance(v, (int, float, str, bool))})
