@@ -191,6 +191,9 @@ def test_counters_render_as_tables_and_cli_builds_show_on_the_timeline(dagster_u
     assert set(by_job) == {"build_source", "build_source_and_publish"}, by_job
 
     page.goto(f"{dagster_ui}/overview/activity/timeline?groupBy=job")
+    # The runs are minutes old: on the default 12-hour range their chunk is a few pixels wide,
+    # beside the "Now" line; the 1-hour range gives the hover a target of its own.
+    page.get_by_role("button", name="1hr", exact=True).click()
     rows = page.locator("[class*=timelineRowContainer]")
     for job, run_ids in by_job.items():
         # The row's name links to the job of the workspace's code location (the runs' origin).
@@ -200,14 +203,18 @@ def test_counters_render_as_tables_and_cli_builds_show_on_the_timeline(dagster_u
         expect(chunks.first).to_be_visible()
         # Hovering the row's run chunk lists its runs, each a link to the run's page.
         links = page.locator(", ".join(f'a[href$="/runs/{rid}"]' for rid in run_ids))
-        # The popover renders after the hover: wait a little on each chunk (a loaded machine is slow).
-        for i in range(chunks.count()):
-            chunks.nth(i).hover()
-            try:
-                links.first.wait_for(state="visible", timeout=3_000)
-                break
-            except PlaywrightTimeout:
-                continue
+        # The popover renders after the hover, and a re-render of the row (the timeline refreshes
+        # itself) can close it: leave and hover each chunk again, for up to 30 s in all.
+        deadline = time.monotonic() + 30
+        while not links.first.is_visible() and time.monotonic() < deadline:
+            for i in range(chunks.count()):
+                page.mouse.move(0, 0)
+                chunks.nth(i).hover()
+                try:
+                    links.first.wait_for(state="visible", timeout=3_000)
+                    break
+                except PlaywrightTimeout:
+                    continue
         expect(links.first).to_be_visible()
         page.screenshot(path=tmp_path / f"timeline_{job}.png")
         page.mouse.move(0, 0)
