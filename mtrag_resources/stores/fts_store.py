@@ -672,14 +672,16 @@ class FtsStore:
         """Row counts of one source, all read in one transaction (a consistent snapshot)."""
         with self._read() as conn:
             child, parent = self._role_counts(conn, source_id)
-            sub = "SELECT rid FROM chunks WHERE source_id = ? AND role = 'child'"
             return {
                 "child_rows": child,
                 "parent_rows": parent,
                 "alias_rows": conn.execute("SELECT count(*) FROM exact_aliases WHERE source_id = ?",
                                            (source_id,)).fetchone()[0],
-                "fts_cjk_rows": conn.execute(f"SELECT count(*) FROM fts_cjk WHERE rowid IN ({sub})",
-                                             (source_id,)).fetchone()[0],
+                # FTS5's docsize shadow table has one row per indexed row: a join on it reads a
+                # plain table (1 ms at django's 12k children; through fts_cjk's rowids, 20 ms)
+                "fts_cjk_rows": conn.execute(
+                    "SELECT count(*) FROM chunks c JOIN fts_cjk_docsize d ON d.id = c.rid "
+                    "WHERE c.source_id = ? AND c.role = 'child'", (source_id,)).fetchone()[0],
                 "generation": (conn.execute("SELECT generation FROM meta WHERE source_id = ?",
                                             (source_id,)).fetchone() or [None])[0],
             }
