@@ -7,6 +7,8 @@ served at the save (a store written before the publish is served as `stale` mean
 
   watch_append_s   edit saved -> the new function is the exact hit of a query from another process
   watch_delete_s   file removed -> gone from the published generation (and from Qdrant, FTS, Neo4j)
+  watch_append_stage_s, watch_delete_stage_s
+                   the watch's own seconds per asset (its journal's `stage_seconds`), medians
 
 Used by bench/build.py (click + flask) and bench/scale.py (django); alone:
   python bench/watch_latency.py --work bench/out/build-work --file flask/src/flask/helpers.py \\
@@ -29,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.build import gone_everywhere  # noqa: E402
 from bench.common import REPO, mtrag_env, percentile, stop_group, write_json  # noqa: E402
 from bench.http_load import free_port, peak_rss_mb, request, start_server, stop_server, wait_healthy  # noqa: E402
+from mtrag_resources.core.config import Settings  # noqa: E402
+from mtrag_resources.publish.journal import journal_path  # noqa: E402
 
 POLL_S = 0.02
 VISIBLE_TIMEOUT_S = 60.0
@@ -119,6 +123,8 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
     """`deletions`: (source id, path under `corpus`, the file's path in its source) of the files
     to remove, one at a time."""
     port = free_port()
+    journal = journal_path(Settings(home=Path(home)))
+    journal_start = _lines(journal)
     server = start_server(home, port)
     watch = WatchProcess(env)
     out: dict = {}
@@ -167,6 +173,11 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
             "watch_serve_rss_mb": peak_rss_mb(server.pid),
             "watch_query_stalls": len(STALLS),  # queries unanswered within QUERY_TIMEOUT_S during the rounds
         }
+        # where the batches' time went: the journal's seconds per asset, medians over the appends
+        # and over the removals (each asset summed over a batch's sources)
+        batches = [e["stage_seconds"] for e in _entries(journal, journal_start) if e.get("stage_seconds")]
+        out["watch_append_stage_s"] = _stage_medians(batches[:edits])
+        out["watch_delete_stage_s"] = _stage_medians(batches[edits:])
     except Exception as exc:
         watch.drain()
         raise RuntimeError(f"{exc}; mtrag watch said:\n" + "\n".join(watch.seen[-15:])) from exc
@@ -174,6 +185,34 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
         watch.stop()
         stop_server(server)
     return out
+
+
+def _lines(path: Path) -> int:
+    try:
+        return len(path.read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def _entries(path: Path, start: int) -> list[dict]:
+    """The journal's entries after its first `start` lines."""
+    try:
+        lines = path.read_text().splitlines()[start:]
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _stage_medians(batches: list[dict]) -> dict:
+    per_batch = []
+    for stages in batches:
+        summed: dict = {}
+        for key, seconds in stages.items():
+            name = key.rsplit("/", 1)[-1]
+            summed[name] = summed.get(name, 0.0) + seconds
+        per_batch.append(summed)
+    names = sorted({n for b in per_batch for n in b})
+    return {n: round(statistics.median(b.get(n, 0.0) for b in per_batch), 3) for n in names}
 
 
 def main() -> None:

@@ -99,7 +99,10 @@ def _commits(settings: Settings, sources: list[str]) -> list[dict]:
 
 
 def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: dict[str, Path],
-             generation, seconds: float, batch_id: str | None = None, commits: list[dict] | None = None) -> None:
+             generation, seconds: float, batch_id: str | None = None, commits: list[dict] | None = None,
+             stage_seconds: dict | None = None) -> None:
+    """`stage_seconds`: a fast-lane batch's seconds per asset ("<source>/<asset>", and the global
+    assets by name; each with its checks), so that where a batch's time goes is on record."""
     files = []
     for sid in sources:
         inventory = load_inventory(SourceLayout(settings, sid))
@@ -110,6 +113,8 @@ def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: di
              "files": files, "seconds": round(seconds, 3)}
     if commits:  # a git source's batch: the commit its ref moved to (the files are the tree diff's)
         entry["commits"] = commits
+    if stage_seconds:
+        entry["stage_seconds"] = stage_seconds
     append_batch(settings, entry)
 
 
@@ -220,7 +225,8 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         generation = (load_current(settings.manifest_dir) or {}).get("generation")
         embedded = sum(int(getattr(meta.get("embedded"), "value", 0) or 0) for meta in batch.metadata_of("embedding_cache"))
         _journal(settings, [t for t in batch.targets if t in roots], paths, roots, generation, seconds,
-                 batch.batch_id, commits=_commits(settings, [t for t in batch.targets if t in git_by_id]))
+                 batch.batch_id, commits=_commits(settings, [t for t in batch.targets if t in git_by_id]),
+                 stage_seconds=batch.seconds)
         log(f"published generation {generation} ({why}): sources {', '.join(batch.targets) or '-'}, "
             f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
         recorder.submit(_record, batch)

@@ -140,6 +140,12 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
     journal = [json.loads(line) for line in (Settings.from_env().manifest_dir / "journal.jsonl").read_text().splitlines()]
     assert {f["file"] for entry in journal for f in entry["files"]} >= {"src/shopcart/tax.py", "src/shopcart/moved.py"}
     assert journal[-1]["generation"] == published
+    # each fast-lane batch records where its time went: every asset of the source, and the globals
+    timed = [e["stage_seconds"] for e in journal if e.get("stage_seconds")]
+    assert len(timed) >= 4, journal  # the edit, the new file, the rename, the removal
+    from mtrag_assets.definitions import GLOBAL_ASSETS, PARTITIONED_ASSETS
+    wanted = {f"shop/{a.key.path[-1]}" for a in PARTITIONED_ASSETS} | {a.key.path[-1] for a in GLOBAL_ASSETS}
+    assert all(set(t) >= wanted and all(v >= 0 for v in t.values()) for t in timed), timed
 
     # kill -9 in the middle of a batch: the watch dies after Qdrant's `begin` marker
     killed = Watch({**env, "MTRAG_FAULT": "qdrant:after_begin"})
