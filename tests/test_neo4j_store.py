@@ -93,13 +93,32 @@ def test_write_is_idempotent(neo4j_store, sid):
     assert anchor["chunk_id"] == f"{sid}-c-a" and anchor["label"] == "Function"
 
 
-def test_warm_up_plans_every_write_statement_and_writes_nothing(neo4j_store, sid):
+def _projection(store, sid) -> tuple[list, list]:
+    """Every node of the source and every relationship of its projection, with all properties."""
+    nodes = store._read("MATCH (n:Entity {source_id: $sid}) RETURN n.node_id AS id, labels(n) AS labels, "
+                        "properties(n) AS props ORDER BY id", sid=sid)
+    rels = store._read("MATCH (a)-[r]->(b) WHERE r.projection = $sid RETURN type(r) AS t, a.node_id AS a, "
+                       "b.node_id AS b, properties(r) AS props ORDER BY t, r.rel_id, a, b", sid=sid)
+    return nodes, rels
+
+
+def test_warm_up_plans_and_rehearses_every_write_and_writes_nothing(neo4j_store, sid):
+    """warm_up plans every write statement and runs a change's transactions on a sample of what the
+    source and the links hold, each rolled back: nothing it touched changes."""
     nodes, rels, chunks = code_graph(sid)
     neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
-    before, marker = neo4j_store.database_counts(), neo4j_store.marker(sid)
-    assert neo4j_store.warm_up([sid]) == 1 + 2 * len(ALLOWED_LABELS) + 2 * len(ALLOWED_REL_TYPES)
-    assert neo4j_store.database_counts() == before and neo4j_store.marker(sid) == marker
-    assert neo4j_store.chunk_count(sid) == neo4j_store.counts(sid)["chunks"] == 4
+    try:
+        neo4j_store.write_links("l1", [rel(sid, "MENTIONS", "a", "b")])
+        before, marker, links = neo4j_store.database_counts(), neo4j_store.marker(sid), neo4j_store.marker(LINKS_SOURCE)
+        held, held_links = _projection(neo4j_store, sid), _projection(neo4j_store, LINKS_SOURCE)
+        assert held[0] and held[1] and held_links[1]
+        assert neo4j_store.warm_up([sid]) == 1 + 2 * len(ALLOWED_LABELS) + 2 * len(ALLOWED_REL_TYPES)
+        assert neo4j_store.database_counts() == before
+        assert neo4j_store.marker(sid) == marker and neo4j_store.marker(LINKS_SOURCE) == links
+        assert _projection(neo4j_store, sid) == held and _projection(neo4j_store, LINKS_SOURCE) == held_links
+        assert neo4j_store.chunk_count(sid) == neo4j_store.counts(sid)["chunks"] == 4
+    finally:
+        neo4j_store.delete_source(LINKS_SOURCE)
 
 
 def test_stale_node_removed_in_new_generation(neo4j_store, sid):
