@@ -380,4 +380,3 @@ def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None
         pass
     finally:
         server.server_close()
-

@@ -638,8 +638,8 @@ class Neo4jStore:
         """Plan every statement a write sends, each with no rows (nothing is written), so that the
         first change after a server start does not pay their planning (~4 s on a cold JVM, the
         first watch batch on the bench corpus); rehearse a change's transactions on what
-        `source_ids` and the links hold (_rehearse: rolled back); and read what they hold (their
-        pages come into the page cache). Returns the number of statements."""
+        `source_ids` and the links hold (_rehearse: rolled back; what they hold comes into the page
+        cache); and read the gate's counts. Returns the number of statements."""
         self._ensure_schema_once()
         statements = [self._DROP_NODES]
         for label in ALLOWED_LABELS:
@@ -655,13 +655,12 @@ class Neo4jStore:
             session.execute_write(work)
             for sid in [*source_ids, LINKS_SOURCE]:
                 self._rehearse(session, sid, None if sid == LINKS_SOURCE else sid)
-        # ... and the reads of a build: markers, the gate's counts, what the links projection holds
+        # ... and the reads of a build: markers and the gate's counts (what each projection holds
+        # was read by its rehearsal's 'begin')
         self.marker(LINKS_SOURCE)
-        self._read(self._held_query(False), sid="", p=LINKS_SOURCE)
         for sid in source_ids:
             self.counts(sid)
             self.chunk_count(sid)
-            self._read(self._held_query(True), sid=sid, p=sid)
         return len(statements)
 
     def _rehearse(self, session, projection: str, source_id: str | None, sample: int = WARM_UP_SAMPLE) -> None:
@@ -679,9 +678,11 @@ class Neo4jStore:
                 tx.rollback()
                 tx.close()
 
-        held = self._held_query(with_nodes=source_id is not None)
-        rolled_back(lambda tx: (tx.run(self._MARKER, sid=projection, gen="", state=BEGIN).consume(),
-                                tx.run(held, sid=source_id, p=projection).consume()))
+        def begin(tx) -> None:
+            tx.run(self._MARKER, sid=projection, gen="", state=BEGIN).consume()
+            tx.run(self._held_query(with_nodes=source_id is not None), sid=source_id, p=projection).consume()
+
+        rolled_back(begin)
         rels = {t: [r["row"] for r in self._read(
             _KEEP_PLAN + f"MATCH (a)-[r:{check_rel_type(t)}]->(b) USING INDEX SEEK r:{t}(projection) "
             "WHERE r.projection = $p WITH a, r, b LIMIT $n "

@@ -104,7 +104,8 @@ def same_columns(new: Path, old: Path) -> bool:
 def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, ...] | None = None) -> TableDelta:
     """Rows of `new` not in `old` (every column compared, or `columns`), and the keys of `old`
     not in `new`. Both files must have the same columns (`same_columns`)."""
-    names = columns or tuple(pq.read_schema(new).names)
+    schema = pq.read_schema(new)
+    names = columns or tuple(schema.names)
     for name in (*names, *key):
         if not _IDENT.match(name):
             raise ValueError(f"not a column name: {name!r}")
@@ -117,9 +118,7 @@ def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, 
     # values hash as the old row of the same key did (one in 2^64). Only the changed rows are read
     # whole, and usually there are none or a few.
     hashed = f"SELECT hash({keys}) AS _k, hash({cols}) AS _h FROM read_parquet"
-    pairs = con.sql(f"{hashed}($new) EXCEPT ALL {hashed}($old)", params=params).arrow()
-    if hasattr(pairs, "read_all"):  # a RecordBatchReader on newer DuckDB
-        pairs = pairs.read_all()
+    pairs = con.sql(f"{hashed}($new) EXCEPT ALL {hashed}($old)", params=params).to_arrow_table()
     if pairs.num_rows:
         con.register("_changed_pairs", pairs)
         try:
@@ -128,7 +127,7 @@ def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, 
         finally:
             con.unregister("_changed_pairs")
     else:
-        changed = pa.schema([pq.read_schema(new).field(c) for c in names]).empty_table()
+        changed = pa.schema([schema.field(c) for c in names]).empty_table()
     removed = con.execute(f"SELECT {keys} FROM read_parquet($old) EXCEPT SELECT {keys} FROM read_parquet($new)",
                           params).fetchall()
     return TableDelta(changed=changed, removed=[tuple(r) for r in removed])
