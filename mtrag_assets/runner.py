@@ -25,6 +25,7 @@ from mtrag_resources.stores.connect import shared_qdrant
 
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
+from mtrag_assets.instance_engines import reuse_sqlite_engines
 from mtrag_assets.jobs import JOBS, build_source_and_publish_job, build_source_job, publish_generation_job
 from mtrag_assets.partitions import sources_partitions
 from mtrag_assets.resources import MtragResource
@@ -65,7 +66,9 @@ def dagster_instance(settings: Settings, log=None) -> dg.DagsterInstance:
         raise ConfigError(f"{path} cannot be used as it is: " + "; ".join(map(str, plan.errors))
                           + ("" if plan.managed else "; it is your file (no mtrag marker line), which mtrag does not "
                                                      "overwrite: edit it, or delete it and mtrag writes its own"))
-    return dg.DagsterInstance.get()
+    instance = dg.DagsterInstance.get()
+    reuse_sqlite_engines(instance)  # one kept connection per SQLite file (instance_engines.py)
+    return instance
 
 
 def _proc_start(pid: int) -> str:

@@ -1,0 +1,122 @@
+"""Kept SQLite connections for the Dagster instance of an mtrag process.
+
+Dagster's SQLite storages create an engine for every use and dispose of it afterwards
+(`SqliteEventLogStorage._connect`, `SqliteRunStorage.connect`, `SqliteScheduleStorage.connect`,
+all with NullPool): each use opens the file, sets up SQLAlchemy's dialect and closes it again. An
+in-process run of `build_source_and_publish` (82 events) makes ~450 such connections; measured
+with `bench/instance_engines.py`, a run of that shape that does no work of its own took ~0.8 s, of
+which ~0.45 s was opening and closing them. Here each SQLite file gets one engine whose pool keeps
+one connection open between uses (more are opened, and closed again, when threads use the file at
+once). A use is still one transaction: Dagster's own lock and `begin()` as before, and a connection
+is rolled back when it goes back to the pool, so an idle one holds no lock that would keep another
+process (the UI, the daemon, a run worker) from writing. What is written, and when it is committed,
+is unchanged. At most `MAX_FILES` files of an event log keep an engine (each run has its own file;
+a long-lived watch records many), the least recently used is closed. Only this process's instance
+object changes; PostgreSQL storages keep their own pools. Written for Dagster 1.13.27 (pinned in
+pyproject.toml): a storage without the methods this replaces is left as it is."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from sqlalchemy import create_engine
+from sqlalchemy.pool import QueuePool
+
+_ATTR = "_mtrag_engines"
+MAX_FILES = 8
+
+
+class _Engines:
+    """Pooled engines by connection string, made on first use, the least recently used closed
+    beyond `limit`; thread-safe."""
+
+    def __init__(self, limit: int = MAX_FILES):
+        self._lock = threading.Lock()
+        self._engines: OrderedDict = OrderedDict()
+        self._limit = limit
+
+    def get(self, conn_string: str):
+        with self._lock:
+            engine = self._engines.get(conn_string)
+            if engine is None:
+                # check_same_thread off (pysqlite's default with a QueuePool): a kept connection
+                # may serve another thread next; each use is still one thread's at a time
+                engine = create_engine(conn_string, poolclass=QueuePool, pool_size=1, max_overflow=16,
+                                       connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
+                                                     "check_same_thread": False})
+                self._engines[conn_string] = engine
+                while len(self._engines) > self._limit:
+                    _, old = self._engines.popitem(last=False)
+                    old.dispose()  # a connection in use now is closed when it is returned
+            else:
+                self._engines.move_to_end(conn_string)
+            return engine
+
+    def strings(self) -> list[str]:
+        with self._lock:
+            return list(self._engines)
+
+    def close_all(self) -> None:
+        with self._lock:
+            while self._engines:
+                self._engines.popitem()[1].dispose()
+
+
+def _event_log_connect(storage: SqliteEventLogStorage, engines: _Engines):
+    """`SqliteEventLogStorage._connect` (Dagster 1.13) with a kept engine per shard file."""
+    @contextmanager
+    def _connect(shard: str):
+        with storage._db_lock:
+            engine = engines.get(storage.conn_string_for_shard(shard))
+            if shard not in storage._initialized_dbs:
+                storage._initdb(engine)
+                storage._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+    return _connect
+
+
+def _single_file_connect(storage, engines: _Engines):
+    """`SqliteRunStorage.connect` / `SqliteScheduleStorage.connect` with a kept engine."""
+    @contextmanager
+    def connect():
+        with engines.get(storage._conn_string).connect() as conn, conn.begin():
+            yield conn
+    return connect
+
+
+def _then_close(method, engines: _Engines):
+    def wrapped(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        finally:
+            engines.close_all()
+    return wrapped
+
+
+def reuse_sqlite_engines(instance) -> int:
+    """Give `instance`'s SQLite storages kept engines (idempotent); returns how many storages it
+    changed. A storage of another kind (PostgreSQL), or a Dagster whose storages no longer have
+    the methods replaced here, is left as it is."""
+    changed = 0
+    event_log = getattr(instance, "_event_storage", None)
+    if type(event_log) is SqliteEventLogStorage and callable(getattr(event_log, "conn_string_for_shard", None)) \
+            and not hasattr(event_log, _ATTR):
+        engines = _Engines()
+        setattr(event_log, _ATTR, engines)
+        event_log._connect = _event_log_connect(event_log, engines)
+        event_log.wipe = _then_close(event_log.wipe, engines)  # it deletes the files: no kept handle on them
+        changed += 1
+    for storage in (getattr(instance, "_run_storage", None), getattr(instance, "_schedule_storage", None)):
+        if type(storage) in (SqliteRunStorage, SqliteScheduleStorage) and not hasattr(storage, _ATTR) \
+                and isinstance(getattr(storage, "_conn_string", None), str):
+            engines = _Engines()
+            setattr(storage, _ATTR, engines)
+            storage.connect = _single_file_connect(storage, engines)
+            changed += 1
+    return changed

@@ -1,0 +1,112 @@
+"""Kept SQLite connections for the instance's storages (mtrag_assets/instance_engines.py): a real
+run and concurrent event writes through them land in Dagster's files exactly as without them,
+readable by an instance in another process that has none; an idle kept connection holds no lock;
+the number of files held open is bounded; a wipe leaves no handle on a deleted file."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import dagster as dg
+import pytest
+
+from mtrag_assets.instance_engines import MAX_FILES, reuse_sqlite_engines
+
+@dg.asset
+def tiny_asset() -> int:
+    return 1
+
+
+READ_BACK = """
+import json, dagster as dg
+inst = dg.DagsterInstance.get()
+runs = inst.get_runs()
+mats = inst.fetch_materializations(dg.AssetKey("tiny_asset"), limit=100).records
+reported = inst.fetch_materializations(dg.AssetKey("reported"), limit=1000).records
+print(json.dumps({"runs": [r.status.value for r in runs], "tiny": len(mats), "reported": len(reported),
+                  "engines": hasattr(inst.event_log_storage, "_mtrag_engines")}))
+"""
+
+
+EXCLUSIVE = """
+import sqlite3, sys
+for path in sys.argv[1:]:
+    conn = sqlite3.connect(path, timeout=2, isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    conn.execute("ROLLBACK")
+    conn.close()
+"""
+
+
+@pytest.mark.integration
+def test_runs_and_concurrent_events_through_kept_connections_read_the_same_elsewhere_and_hold_no_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    instance = dg.DagsterInstance.get()
+    assert reuse_sqlite_engines(instance) == 3  # event log, runs, schedules
+    assert reuse_sqlite_engines(instance) == 0  # once per instance
+
+    result = dg.materialize([tiny_asset], instance=instance)
+    assert result.success
+    event_engines = instance.event_log_storage._mtrag_engines.strings()
+    # the index shard and the run's own shard, each one engine however many events went through it
+    assert {s.rsplit("/", 1)[-1] for s in event_engines} >= {"index.db", f"{result.run_id}.db"}
+    assert len(instance.get_records_for_run(result.run_id).records) > 10
+
+    errors: list[BaseException] = []
+
+    def report(worker: int) -> None:
+        try:
+            for i in range(15):
+                instance.report_runless_asset_event(
+                    dg.AssetMaterialization(asset_key="reported", metadata={"worker": worker, "i": i}))
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=report, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+    seen = json.loads(subprocess.run([sys.executable, "-c", READ_BACK], capture_output=True, text=True,
+                                     check=True).stdout.strip().splitlines()[-1])
+    assert seen == {"runs": ["SUCCESS"], "tiny": 1, "reported": 60, "engines": False}
+
+    # The kept connections are idle, not inside a transaction: another process takes an exclusive
+    # lock on every file at once (SQLite refuses it while any connection holds even a read lock).
+    files = [s.split("sqlite:///", 1)[1] for s in event_engines] + [str(tmp_path / "history" / "runs.db")]
+    locked = subprocess.run([sys.executable, "-c", EXCLUSIVE, *files], capture_output=True, text=True)
+    assert locked.returncode == 0, locked.stderr
+
+    # At most MAX_FILES run files keep a connection, however many runs this process records.
+    for _ in range(MAX_FILES + 2):
+        assert dg.materialize([tiny_asset], instance=instance).success
+    assert len(instance.event_log_storage._mtrag_engines.strings()) == MAX_FILES
+
+    # wipe() deletes the files: nothing written afterwards may go to a kept handle on a deleted one.
+    instance.wipe()
+    assert dg.materialize([tiny_asset], instance=instance).success
+    seen = json.loads(subprocess.run([sys.executable, "-c", READ_BACK], capture_output=True, text=True,
+                                     check=True).stdout.strip().splitlines()[-1])
+    assert (seen["runs"], seen["tiny"]) == (["SUCCESS"], 1)
+
+
+@pytest.mark.unit
+def test_storages_of_other_kinds_are_left_alone():
+    class Other:  # a PostgreSQL storage, or one a later Dagster shapes differently
+        _conn_string = "postgresql://x"
+
+        def connect(self):
+            return "theirs"
+
+    class Instance:
+        _event_storage, _run_storage, _schedule_storage = Other(), Other(), Other()
+
+    instance = Instance()
+    assert reuse_sqlite_engines(instance) == 0
+    assert instance._run_storage.connect() == "theirs"
+    assert not hasattr(instance._event_storage, "_mtrag_engines")
