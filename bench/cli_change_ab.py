@@ -1,0 +1,90 @@
+"""`mtrag build` for one-file changes, two code trees alternating on one built home: a speed-up as a
+ratio measured in one run (the machine is shared; runs an hour apart differ by more than most
+changes). Each round, for each tree in turn: one function appended to a Python file, `mtrag build`;
+one docs file removed, `mtrag build`. Both trees do the same work on the same stores.
+
+    git worktree add /tmp/base HEAD~1
+    python bench/cli_change_ab.py --base /tmp/base [--rounds 4] [--work bench/out/build-work]
+
+The home is `bench/build.py`'s (`--work`, built first by that script); the base tree's packages are
+put first on PYTHONPATH, so the same virtual environment runs both. Fastest and median per tree
+and change are printed and written to --out. The home's Neo4j is started first and stopped at the end."""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import REPO, mtrag_env, write_json  # noqa: E402
+
+APPENDED = '''
+
+def bench_ab_helper_{n}(value: str) -> str:
+    """Return the value reversed; appended by bench/cli_change_ab.py."""
+    return value[::-1]
+'''
+
+
+def build(env: dict, tree: Path) -> float:
+    env = {**env, "PYTHONPATH": str(tree)}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], env=env, capture_output=True,
+                          text=True, cwd=tree)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"mtrag build in {tree} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return round(wall, 3)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="the other code tree (a git worktree)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
+    ap.add_argument("--code-file", default="flask/src/flask/helpers.py")
+    ap.add_argument("--docs-dir", default="flask/docs")
+    ap.add_argument("--out", default=str(REPO / "bench/out/cli_change_ab.json"))
+    args = ap.parse_args()
+    work = Path(args.work)
+    corpus, home, sources = work / "corpus", work / "home", work / "sources.yaml"
+    if not (home / "08-manifest" / "CURRENT").exists():
+        sys.exit(f"{home} has no published generation: run bench/build.py first")
+    env = mtrag_env(home, sources)
+    trees = {"base": Path(args.base).resolve(), "head": REPO}
+    docs = sorted(p for p in (corpus / args.docs_dir).rglob("*.rst") if p.stat().st_size > 2000)
+    if len(docs) < 2 * args.rounds:
+        sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
+    # the home's Neo4j up and whatever an earlier run left unbuilt built, outside the clock
+    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
+                   capture_output=True)
+    build(env, REPO)
+    walls: dict[str, dict[str, list[float]]] = {t: {"append": [], "delete": []} for t in trees}
+    n = 0
+    for r in range(args.rounds):
+        for name in (("base", "head") if r % 2 == 0 else ("head", "base")):
+            code = corpus / args.code_file
+            code.write_text(code.read_text() + APPENDED.format(n=n))
+            walls[name]["append"].append(build(env, trees[name]))
+            docs[n].unlink()
+            walls[name]["delete"].append(build(env, trees[name]))
+            n += 1
+            print(name, {k: v[-1] for k, v in walls[name].items()}, flush=True)
+    summary = {t: {c: {"min": min(v), "median": round(statistics.median(v), 3)} for c, v in changes.items()}
+               for t, changes in walls.items()}
+    ratio = {c: round(summary["head"][c]["min"] / summary["base"][c]["min"], 3) for c in ("append", "delete")}
+    out = {"summary": summary, "head_over_base_min": ratio, "rounds": walls, "base": str(trees["base"]),
+           "base_commit": subprocess.run(["git", "-C", str(trees["base"]), "rev-parse", "--short", "HEAD"],
+                                         capture_output=True, text=True).stdout.strip(),
+           "head_commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                         capture_output=True, text=True).stdout.strip()}
+    write_json(args.out, out)
+    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
