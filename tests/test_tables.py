@@ -1,0 +1,68 @@
+"""Parquet tables of dataclass rows (mtrag_resources/stores/tables.py): the column-wise write path
+stores exactly the rows' values (a dict as sorted JSON, lists as lists, None as null), whatever
+mix of them a table holds, and a table of one field or of mixed row types takes the other paths."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mtrag_resources.stores.tables import _forget, read_rows, write_rows
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class Row:
+    name: str
+    line: int | None = None
+    tags: list = field(default_factory=list)
+    extra: dict | None = None
+
+
+@dataclass
+class OneField:
+    value: str
+
+
+texts = st.text(max_size=12)
+rows_strategy = st.lists(st.builds(
+    Row, name=texts, line=st.one_of(st.none(), st.integers(-2**40, 2**40)),
+    tags=st.lists(texts, max_size=3),
+    extra=st.one_of(st.none(), st.dictionaries(texts, st.one_of(texts, st.integers()), max_size=3))),
+    min_size=1, max_size=40)
+
+
+def _expected(rows: list[Row]) -> list[dict]:
+    return [{"name": r.name, "line": r.line, "tags": r.tags,
+             "extra": json.dumps(r.extra, sort_keys=True) if isinstance(r.extra, dict) else None} for r in rows]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=rows_strategy)
+def test_the_file_holds_every_value_of_the_rows(tmp_path, rows):
+    path = tmp_path / "rows.parquet"
+    assert write_rows(path, rows, Row) == len(rows)
+    _forget(path)  # what the file holds, not this process's memo of it
+    assert pq.read_table(path).to_pylist() == _expected(rows)
+    assert read_rows(path) == _expected(rows)
+
+
+def test_one_field_rows_and_mixed_rows_are_written_too(tmp_path):
+    one = [OneField("a"), OneField("b")]
+    write_rows(tmp_path / "one.parquet", one, OneField)
+    _forget(tmp_path / "one.parquet")
+    assert read_rows(tmp_path / "one.parquet") == [{"value": "a"}, {"value": "b"}]
+
+    @dataclass
+    class Other(Row):
+        pass
+
+    mixed = [Row("x", 1, ["t"], {"k": 1}), Other("y")]  # not one dataclass: the row-wise path
+    write_rows(tmp_path / "mixed.parquet", mixed)
+    _forget(tmp_path / "mixed.parquet")
+    assert read_rows(tmp_path / "mixed.parquet") == _expected(mixed)
