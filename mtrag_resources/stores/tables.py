@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 import tempfile
 import threading
@@ -61,12 +62,18 @@ def _dataclass_columns(rows: list) -> tuple[dict[str, list] | None, bool]:
         return None, False
     kind = type(rows[0])
     names = [f.name for f in dataclasses.fields(kind)]
-    if list(vars(rows[0])) != names or any(type(r) is not kind for r in rows):
+    if list(vars(rows[0])) != names or set(map(type, rows)) != {kind}:
         return None, False
+    # One attrgetter call per row and zip's transpose, both in C: a getattr per value in Python
+    # took 0.18-0.21 s for django's 31.5k graph relations in a watch batch (objects scattered over
+    # the memos' heap), this 0.11 s
+    if len(names) == 1:
+        transposed = [list(map(operator.attrgetter(names[0]), rows))]
+    else:
+        transposed = [list(values) for values in zip(*map(operator.attrgetter(*names), rows))]
     columns, flat = {}, True
-    for name in names:
-        values = [getattr(r, name) for r in rows]
-        if any(type(v) is dict for v in values):
+    for name, values in zip(names, transposed):
+        if dict in set(map(type, values)):
             values, flat = [_flat(v) for v in values], False
         columns[name] = values
     return columns, flat
