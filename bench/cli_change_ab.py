@@ -5,6 +5,8 @@ one docs file removed, `mtrag build`. Both trees do the same work on the same st
 
     git worktree add /tmp/base HEAD~1
     python bench/cli_change_ab.py --base /tmp/base [--rounds 4] [--work bench/out/build-work]
+    python bench/cli_change_ab.py --base /tmp/base --work bench/out/scale-work \
+        --code-file django/utils/text.py --docs-dir docs --docs-glob '*.txt'     # bench/scale.py's home
 
 The home is `bench/build.py`'s (`--work`, built first by that script); the base tree's packages are
 put first on PYTHONPATH, so the same virtual environment runs both. Fastest and median per tree
@@ -48,15 +50,16 @@ def main() -> None:
     ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
     ap.add_argument("--code-file", default="flask/src/flask/helpers.py")
     ap.add_argument("--docs-dir", default="flask/docs")
+    ap.add_argument("--docs-glob", default="*.rst", help="which files under --docs-dir may be removed")
     ap.add_argument("--out", default=str(REPO / "bench/out/cli_change_ab.json"))
     args = ap.parse_args()
-    work = Path(args.work)
+    work = Path(args.work).resolve()
     corpus, home, sources = work / "corpus", work / "home", work / "sources.yaml"
     if not (home / "08-manifest" / "CURRENT").exists():
         sys.exit(f"{home} has no published generation: run bench/build.py first")
     env = mtrag_env(home, sources)
     trees = {"base": Path(args.base).resolve(), "head": REPO}
-    docs = sorted(p for p in (corpus / args.docs_dir).rglob("*.rst") if p.stat().st_size > 2000)
+    docs = sorted(p for p in (corpus / args.docs_dir).rglob(args.docs_glob) if p.stat().st_size > 2000)
     if len(docs) < 2 * args.rounds:
         sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
     # the home's Neo4j up and whatever an earlier run left unbuilt built, outside the clock
