@@ -163,3 +163,20 @@ def test_cross_source_links_resolve_through_inheritance(mtrag_env):
     assert inherited and inherited["confidence"] == "VERIFIED"
     assert ("IMPLEMENTS", "shop:class:shopcart.cart.Cart") in by_target
     assert by_target[("MENTIONS", "shop:function:shopcart.tax.apply_tax")]["evidence_text"].startswith(":func:")
+
+
+def test_links_follow_the_same_re_exports_from_the_imports_table_as_from_the_files_facts(mtrag_env):
+    """cross_source_links reads canonical_graph's imports table instead of decoding every file's
+    facts in a new process; a graph written before that table falls back to the facts."""
+    from mtrag_resources.ingest.sources import load_sources
+    from mtrag_resources.stages.cross_source_links import build_index
+
+    build()
+    s = settings()
+    specs = load_sources(s.sources_file)
+    from_tables, _ = build_index(s, specs)
+    assert from_tables.exports  # the sample package re-exports names (`from .cart import Cart`)
+    for spec in specs:
+        SourceLayout(s, spec.id).imports.unlink()
+    from_facts, _ = build_index(s, specs)
+    assert from_tables.exports == from_facts.exports

@@ -157,6 +157,12 @@ class SourceLayout:
         return self.graph / "references.parquet"
 
     @property
+    def imports(self) -> Path:
+        """The source's import statements as (module_qn, imported, alias): the re-exports the link
+        stage resolves doc references through, without decoding every file's facts."""
+        return self.graph / "imports.parquet"
+
+    @property
     def state(self) -> Path:
         """Small JSON with what each stage last produced (generation, digests) for this source."""
         return self.settings.raw_dir / self.source_id / "state.json"

@@ -61,21 +61,36 @@ def assemble_graph(spec: SourceSpec, parsed_files) -> tuple[list[GraphNode], lis
     return list(nodes.values()), kept, references
 
 
+IMPORT_FIELDS = ("module_qn", "imported", "alias")
+
+
+def import_rows(parsed_files) -> list[dict]:
+    """Every import statement of the source as {module_qn, imported, alias} (alias "" when none),
+    in file order: what cross_source_links reads to follow re-exports."""
+    return [{"module_qn": imp.get("module_qn") or "", "imported": imp.get("imported") or "",
+             "alias": imp.get("alias") or ""}
+            for _path, parsed in parsed_files for imp in parsed.imports]
+
+
 def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
     layout = SourceLayout(settings, spec.id)
     meta: dict = {}
     with timed(meta, "seconds"):
-        nodes, relations, references = assemble_graph(spec, load_parsed_files(layout))
+        parsed = load_parsed_files(layout)
+        nodes, relations, references = assemble_graph(spec, parsed)
         nodes.sort(key=lambda n: n.node_id)
         relations.sort(key=lambda r: r.rel_id)
         write_rows(layout.nodes, nodes, GraphNode)
         write_rows(layout.relations, relations, GraphRelation)
         write_rows(layout.references, references, DocReference)
-    digest = "".join(digest_file(p)[:16] for p in (layout.nodes, layout.relations, layout.references))
+        imports = import_rows(parsed)
+        write_rows(layout.imports, imports)
+    digest = "".join(digest_file(p)[:16] for p in (layout.nodes, layout.relations, layout.references, layout.imports))
     meta.update({
         "nodes": len(nodes),
         "relations": len(relations),
         "references": len(references),
+        "imports": len(imports),
         "nodes_by_label": dict(Counter(n.label for n in nodes)),
         "relations_by_type": dict(Counter(r.rel_type for r in relations)),
         "relations_by_confidence": dict(Counter(r.confidence for r in relations)),

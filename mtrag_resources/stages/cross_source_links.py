@@ -40,8 +40,11 @@ def build_index(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolInde
         nodes_by_id.update((n.node_id, n) for n in nodes)
         index.add_nodes(nodes)
         index.add_relations(nodes_by_id, read_shared(layout.relations, GraphRelation))
-        for f in load_facts(layout).values():
-            index.add_imports(f["parsed"]["imports"])
+        if layout.imports.exists():
+            index.add_imports(read_shared(layout.imports))
+        else:  # a graph written before the imports table: the files' facts hold them
+            for f in load_facts(layout).values():
+                index.add_imports(f["parsed"]["imports"])
     return index, nodes_by_id
 
 
