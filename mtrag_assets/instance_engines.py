@@ -10,10 +10,8 @@ one connection open between uses (more are opened, and closed again, when thread
 once). A use is still one transaction: Dagster's own lock and `begin()` as before, and a connection
 is rolled back when it goes back to the pool, so an idle one holds no lock that would keep another
 process (the UI, the daemon, a run worker) from writing. What is written, and when it is committed,
-is unchanged; when a commit reaches the disk is not: on Dagster's WAL-mode files a kept connection
-syncs at checkpoints (`_sync_at_checkpoints`). At most `MAX_FILES` files of an event log keep an
-engine (each run has its own file; a long-lived watch records many), the least recently used is
-closed. Only this process's instance
+is unchanged. At most `MAX_FILES` files of an event log keep an engine (each run has its own file;
+a long-lived watch records many), the least recently used is closed. Only this process's instance
 object changes; PostgreSQL storages keep their own pools. Written for Dagster 1.13.27 (pinned in
 pyproject.toml): a storage without the methods this replaces is left as it is."""
 from __future__ import annotations
@@ -26,26 +24,11 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine
 from sqlalchemy.pool import QueuePool
 
 _ATTR = "_mtrag_engines"
 MAX_FILES = 8
-
-
-def _sync_at_checkpoints(dbapi_connection, _record) -> None:
-    """`synchronous=NORMAL` on a connection to a file in WAL mode (Dagster puts its SQLite files in
-    WAL mode): a commit is appended to the WAL without an fsync, which happens at checkpoints; an
-    event write took ~2.7 ms less here. SQLite's documented trade-off: the database stays
-    consistent, and transactions are lost only to a power loss or an OS crash, never to a crash of
-    the process (the stores and the manifest, not the event log, are what a build publishes). A
-    file in another journal mode keeps FULL, where NORMAL could corrupt it on a power loss."""
-    cursor = dbapi_connection.cursor()
-    try:
-        if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
-            cursor.execute("PRAGMA synchronous=NORMAL")
-    finally:
-        cursor.close()
 
 
 class _Engines:
@@ -66,7 +49,6 @@ class _Engines:
                 engine = create_engine(conn_string, poolclass=QueuePool, pool_size=1, max_overflow=16,
                                        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
                                                      "check_same_thread": False})
-                event.listen(engine, "connect", _sync_at_checkpoints)
                 self._engines[conn_string] = engine
                 while len(self._engines) > self._limit:
                     _, old = self._engines.popitem(last=False)
@@ -94,7 +76,6 @@ def _event_log_connect(storage: SqliteEventLogStorage, engines: _Engines):
             if shard not in storage._initialized_dbs:
                 storage._initdb(engine)
                 storage._initialized_dbs.add(shard)
-                engine.dispose()  # a new file's first connection predates its WAL mode (see above)
             with engine.connect() as conn, conn.begin():
                 yield conn
     return _connect
