@@ -61,9 +61,6 @@ def assemble_graph(spec: SourceSpec, parsed_files) -> tuple[list[GraphNode], lis
     return list(nodes.values()), kept, references
 
 
-IMPORT_FIELDS = ("module_qn", "imported", "alias")
-
-
 def import_rows(parsed_files) -> list[dict]:
     """Every import statement of the source as {module_qn, imported, alias} (alias "" when none),
     in file order: what cross_source_links reads to follow re-exports."""
