@@ -8,8 +8,10 @@ one docs file removed, `mtrag build`. Both trees do the same work on the same st
     python bench/cli_change_ab.py --base /tmp/base --work bench/out/scale-work \
         --code-file django/utils/text.py --docs-dir docs --docs-glob '*.txt'     # bench/scale.py's home
 
-The home is `bench/build.py`'s (`--work`, built first by that script); the base tree's packages are
-put first on PYTHONPATH, so the same virtual environment runs both. Fastest and median per tree
+The home is `bench/build.py`'s (`--work`, built first by that script). Each build runs with its
+tree as the working directory and on PYTHONPATH: `python -m` puts the working directory first on
+sys.path, ahead of PYTHONPATH and of the editable install, so the same virtual environment runs
+either tree's packages. Fastest and median per tree
 and change are printed and written to --out. The home's Neo4j is started first and stopped at the end."""
 from __future__ import annotations
 
