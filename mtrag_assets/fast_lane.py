@@ -1,7 +1,8 @@
 """One fast-lane batch (`mtrag watch`): the code location's own asset and check functions invoked
-directly, in the order the jobs run them, on the changed sources' partitions; then the same
-materializations (metadata, data version, code version, input data versions) and check
-evaluations recorded in the Dagster instance as runless events tagged `mtrag/plane=watch`.
+directly on the changed sources' partitions (a stage once the stages it reads are done, so the
+store writes run side by side; see run_batch); then the same materializations (metadata, data
+version, code version, input data versions) and check evaluations recorded in the Dagster instance
+as runless events tagged `mtrag/plane=watch`.
 
 Why not an in-process run, as `mtrag build` does: measured on the bench corpus (one function
 appended to flask, warm process), a `build_source_and_publish` run spends ~1.3 s in Dagster on top
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -27,7 +29,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.build_state import mark_dirty
 from mtrag_resources.stages.warm import warm_stage_memos
-from mtrag_resources.stores.connect import open_neo4j
+from mtrag_resources.core.task_graph import Task, run_graph
+from mtrag_resources.stores.connect import open_neo4j, shared_stores, sharing_stores
 
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import GLOBAL_ASSETS, PARTITIONED_ASSETS
@@ -101,35 +104,129 @@ def warm_up(settings: Settings | None = None, source_ids: list[str] | None = Non
         pass
 
 
+# The stages of one source that may run at the same time: at most the three store writes. One pool
+# for the process, so its threads keep their thread-local DuckDB connections between batches.
+STAGE_WORKERS = 3
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _stage_pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=STAGE_WORKERS, thread_name_prefix="mtrag-stage"))
+    return _POOL[0]
+
+
 def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print) -> Batch:
     """Materialise `targets`' partitions and publish, without a run; returns the batch's events
-    for `record` (the caller records them after this returns: the generation is published)."""
+    for `record` (the caller records them after this returns: the generation is published).
+    A stage starts once the stages it reads are done and the blocking checks on those passed, as
+    in a run (see _batch_tasks), so a source's store writes run side by side. Sources go one after
+    another; the manifest comes last."""
     batch = Batch(batch_id=f"watch-{uuid.uuid4().hex[:12]}", tags={PLANE_TAG: "watch"})
     batch.tags[BATCH_TAG] = batch.batch_id
     resource = MtragResource()
     checks = _checks_by_asset()
     with build_session(settings, specs, targets, log) as targets:
-        for sid in targets:
-            marker = mark_dirty(settings, sid)  # as a run: a failure below leaves it for the next build
-            for asset in PARTITIONED_ASSETS:
-                t0 = time.perf_counter()
-                key = _one_key(asset)
-                batch.events.append((key, sid, asset(_context(resource, batch.tags, sid))))
-                for check in checks.get(key, []):
-                    outcome = check(_context(resource, batch.tags, sid))
-                    spec = next(iter(check.check_specs))
-                    batch.events.append((spec.key, sid, outcome))
-                    if not outcome.passed:
-                        raise CheckFailed(f"source {sid}: check {spec.name} failed: {outcome.description}")
-                batch.seconds[f"{sid}/{key.path[-1]}"] = round(time.perf_counter() - t0, 3)
-            marker.unlink(missing_ok=True)
-        for asset in GLOBAL_ASSETS:
-            t0 = time.perf_counter()
+        stores = shared_stores()
+        tasks = _batch_tasks(settings, resource, batch, targets, checks)
+        results = run_graph({name: Task(_in_thread_of(stores, task.run), task.after) for name, task in tasks.items()},
+                            _stage_pool())
+    for sid in targets:  # the events in the jobs' order, each check after the last asset it reads
+        for asset in PARTITIONED_ASSETS:
             key = _one_key(asset)
-            batch.events.append((key, None, asset(_context(resource, batch.tags, None))))
-            batch.seconds[key.path[-1]] = round(time.perf_counter() - t0, 3)
+            result, seconds = results[_task_name(key, sid)]
+            batch.events.append((key, sid, result))
+            for check in checks.get(key, []):
+                spec = next(iter(check.check_specs))
+                outcome, check_seconds = results[_task_name(spec.key, sid)]
+                batch.events.append((spec.key, sid, outcome))
+                seconds += check_seconds
+            batch.seconds[f"{sid}/{key.path[-1]}"] = round(seconds, 3)
+    for asset in GLOBAL_ASSETS:
+        key = _one_key(asset)
+        result, seconds = results[_task_name(key, None)]
+        batch.events.append((key, None, result))
+        batch.seconds[key.path[-1]] = round(seconds, 3)
     batch.targets = targets
     return batch
+
+
+def _task_name(key, sid: str | None) -> str:
+    return f"{sid}/{key.to_user_string()}" if sid else key.to_user_string()
+
+
+def _batch_tasks(settings: Settings, resource: MtragResource, batch: Batch, targets: list[str],
+                 checks: dict) -> dict[str, Task]:
+    """The batch's assets and checks as tasks returning (result, seconds), with a run's order: an
+    asset after the assets it depends on and the (blocking) checks on those; a check after every
+    asset it reads. Besides: a source starts after the previous one is done (two sources never
+    write one store at once), its dirty marker goes once all its tasks are done, and the manifest,
+    the publish gate, waits for every task."""
+    checks_on: dict[dg.AssetKey, list] = {}  # asset -> the checks that block its downstream
+    for found in checks.values():
+        for check in found:
+            spec = next(iter(check.check_specs))
+            checks_on.setdefault(spec.asset_key, []).append(spec.key)
+    tasks: dict[str, Task] = {}
+    previous: list[str] = []
+    for sid in targets:
+        marker = mark_dirty(settings, sid)  # as a run: a failure below leaves it for the next build
+        own: list[str] = []
+        for asset in PARTITIONED_ASSETS:
+            key = _one_key(asset)
+            after = [_task_name(k, sid) for d in sorted(asset.asset_deps[key], key=_order_of)
+                     for k in (d, *checks_on.get(d, []))] or previous
+            own.append(_task_name(key, sid))
+            tasks[own[-1]] = Task(_timed(lambda a=asset, i=sid: a(_context(resource, batch.tags, i))), after)
+            for check in checks.get(key, []):
+                spec = next(iter(check.check_specs))
+                reads = [spec.asset_key, *(d.asset_key for d in spec.additional_deps)]
+                own.append(_task_name(spec.key, sid))
+                tasks[own[-1]] = Task(
+                    _timed(lambda c=check, s=spec, i=sid: _passed(c(_context(resource, batch.tags, i)), s, i)),
+                    [_task_name(r, sid) for r in reads])
+        tasks[f"{sid}/clean"] = Task(lambda m=marker: m.unlink(missing_ok=True), own)
+        previous = [*own, f"{sid}/clean"]
+    done = list(tasks)
+    for asset in GLOBAL_ASSETS:
+        key = _one_key(asset)
+        upstream = list(asset.asset_deps[key])
+        after = ([_task_name(k, sid) for sid in targets for d in upstream if d not in _GLOBAL_KEYS
+                  for k in (d, *checks_on.get(d, []))]
+                 + [_task_name(d, None) for d in upstream if d in _GLOBAL_KEYS])
+        if asset is GLOBAL_ASSETS[-1]:
+            after = done  # the manifest: after everything
+        tasks[_task_name(key, None)] = Task(_timed(lambda a=asset: a(_context(resource, batch.tags, None))), after)
+        done = list(tasks)
+    return tasks
+
+
+_GLOBAL_KEYS = {_one_key(a) for a in GLOBAL_ASSETS}
+
+
+def _order_of(key: dg.AssetKey) -> int:
+    return [_one_key(a) for a in PARTITIONED_ASSETS].index(key)
+
+
+def _passed(outcome, spec, sid: str):
+    if not outcome.passed:
+        raise CheckFailed(f"source {sid}: check {spec.name} failed: {outcome.description}")
+    return outcome
+
+
+def _timed(run):
+    def timed_run():
+        t0 = time.perf_counter()
+        return run(), time.perf_counter() - t0
+    return timed_run
+
+
+def _in_thread_of(stores: dict, run):
+    """`run` in a worker thread, with the batch's shared embedded Qdrant."""
+    def adopted():
+        with sharing_stores(stores):
+            return run()
+    return adopted
 
 
 def record(settings: Settings, specs: list[SourceSpec], batch: Batch) -> int:

@@ -70,6 +70,25 @@ def shared_qdrant(settings: Settings):
         store.close()
 
 
+def shared_stores() -> dict:
+    """This thread's shared stores (empty outside `shared_qdrant`), for `sharing_stores` in a worker
+    thread of the same sequence of steps."""
+    return getattr(_shared, "stores", None) or {}
+
+
+@contextlib.contextmanager
+def sharing_stores(stores: dict):
+    """In a worker thread: `open_qdrant` gets the stores another thread's `shared_qdrant` opened
+    (the fast lane runs independent stages of one batch in threads; the steps that use Qdrant never
+    run at the same time, the batch's dependencies order them)."""
+    before = getattr(_shared, "stores", None)
+    _shared.stores = stores
+    try:
+        yield
+    finally:
+        _shared.stores = before
+
+
 def open_fts(settings: Settings, path=None):
     from mtrag_resources.stores.fts_store import FtsStore
     return FtsStore(path or settings.fts_path)
