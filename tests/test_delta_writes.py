@@ -177,3 +177,37 @@ def test_a_store_left_mid_write_gets_the_full_write_again(mtrag_env, tmp_path):
     assert latest_metadata("fts_db", "shop-docs")["write"] == "delta"
     for sid in ("shop", "shop-docs"):
         _assert_same_as_full(s, tmp_path, sid)
+
+
+def _full_links_write(s) -> dict:
+    """The full write of the links table (it reads and compares every link Neo4j holds)."""
+    from mtrag_resources.stores.contract import LINKS_SOURCE
+    links = read_rows(s.links_table, GraphRelation)
+    store = open_neo4j(s)
+    try:
+        stats = store.write_links(store.marker(LINKS_SOURCE).generation, links)
+        stats["held"] = store.relationship_counts(LINKS_SOURCE)
+    finally:
+        store.close()
+    stats["want"] = {t: sum(link.rel_type == t for link in links) for t in {link.rel_type for link in links}}
+    return stats
+
+
+def test_links_are_written_by_difference_and_equal_a_full_write(mtrag_env):
+    build()
+    first = latest_metadata("cross_source_links")
+    assert first["write"] == "full"  # nothing projected before
+    mention = mtrag_env["docs"] / "coupons.md"
+    mention.write_text("# Coupons\n\nA coupon lowers the total before :func:`shopcart.tax.apply_tax` runs.\n")
+    build()
+    added = latest_metadata("cross_source_links")
+    assert added["write"] == "delta" and added["links"] > first["links"]
+    mention.unlink()
+    build()
+    removed = latest_metadata("cross_source_links")
+    assert removed["write"] == "delta" and removed["links"] == first["links"]
+    build(force=True)  # the same links: nothing to write, the counts are checked
+    assert latest_metadata("cross_source_links")["write"] == "delta"
+    again = _full_links_write(settings())
+    assert (again["written_relationships"], again["deleted_relationships"]) == (0, 0), again
+    assert not again["skipped_relationships"] and again["held"] == again["want"]

@@ -245,6 +245,50 @@ def test_links_rewrite_only_what_changed(neo4j_store, sid):
         neo4j_store.delete_source(LINKS_SOURCE)
 
 
+def test_links_delta_writes_the_change_and_hands_back_to_the_full_write_when_counts_disagree(neo4j_store, sid):
+    code_sid, docs_sid = sid, sid + "-docs"
+    try:
+        nodes, rels, chunks = code_graph(code_sid, names=("a", "b", "c"))
+        neo4j_store.write_source(code_sid, "g1", nodes, rels, chunks)
+        page = GraphNode(node_id=f"{docs_sid}:page", label="Page", name="p", qualified_name="p", source_id=docs_sid)
+        neo4j_store.write_source(docs_sid, "d1", [page], [], [])
+
+        def link(n, text="x"):
+            return GraphRelation(rel_id=f"{sid}-l-{n}", rel_type="MENTIONS", src_id=page.node_id,
+                                 dst_id=f"{code_sid}:{n}", evidence_file="docs/p.rst", evidence_hash="h",
+                                 evidence_text=text, source_id=docs_sid)
+
+        neo4j_store.write_links("L1", [link("a"), link("b")])
+        # b changes its evidence, a goes, c comes: only those are written
+        stats = neo4j_store.write_links_delta("L2", "L1", [link("b", "new"), link("c")],
+                                              [("MENTIONS", f"{sid}-l-a")], {"MENTIONS": 2})
+        assert stats["delta_from"] == "L1" and stats["written_relationships"] == 2
+        assert neo4j_store.marker(LINKS_SOURCE).generation == "L2"
+        assert neo4j_store.marker(LINKS_SOURCE).state == COMMITTED
+        held = neo4j_store._read("MATCH ()-[r:MENTIONS]->() WHERE r.projection = $p "
+                                 "RETURN r.rel_id AS id, r.evidence_text AS text ORDER BY id", p=LINKS_SOURCE)
+        assert [(r["id"], r["text"]) for r in held] == [(f"{sid}-l-b", "new"), (f"{sid}-l-c", "x")]
+        # a base the marker does not hold: nothing written, the caller does the full write
+        assert neo4j_store.write_links_delta("L3", "L1", [link("a")], [], {"MENTIONS": 3}) is None
+        assert neo4j_store.marker(LINKS_SOURCE).generation == "L2"
+        # the code source drops c: its DETACH DELETE takes c's link, which the links table still
+        # had when Neo4j committed L2 (a build that stopped before its links stage); c comes back:
+        # the table is as at L2, but Neo4j lacks the edge, and the counts say so
+        nodes2, rels2, chunks2 = code_graph(code_sid, names=("a", "b"))
+        neo4j_store.write_source(code_sid, "g2", nodes2, rels2, chunks2)
+        neo4j_store.write_source(code_sid, "g3", nodes, rels, chunks)
+        assert neo4j_store.write_links_delta("L2", "L2", [], [], {"MENTIONS": 2}) is None
+        repaired = neo4j_store.write_links("L2", [link("b", "new"), link("c")])
+        assert repaired["created_relationships"] == {"MENTIONS": 1}
+        assert neo4j_store.relationship_counts(LINKS_SOURCE) == {"MENTIONS": 2}
+        # and with everything in place the same generation writes nothing
+        same = neo4j_store.write_links_delta("L2", "L2", [], [], {"MENTIONS": 2})
+        assert same["written_relationships"] == 0 and same["transactions"] == 0
+    finally:
+        neo4j_store.delete_source(docs_sid)
+        neo4j_store.delete_source(LINKS_SOURCE)
+
+
 def test_missing_endpoint_is_skipped_and_counted(neo4j_store, sid):
     nodes, rels, chunks = code_graph(sid, names=("a", "b"))
     rels.append(rel(sid, "CALLS", "a", "nowhere"))

@@ -12,10 +12,12 @@ from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.contract import LINKS_SOURCE
-from mtrag_resources.stores.tables import read_shared, write_rows
+from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
+from mtrag_resources.stores.tables import as_rows, read_shared, write_rows
 from mtrag_resources.stages.cas_chunks import load_facts
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.core.versions import CODE_VERSIONS
 
 
 def _read_proposals(settings: Settings) -> list[dict]:
@@ -89,10 +91,13 @@ def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> Sta
         store = open_neo4j(settings)
         try:
             store.ensure_schema()
-            neo = store.write_links(generation, links)
+            neo = _write_links(store, settings, generation, links)
             marker = store.marker(LINKS_SOURCE)
         finally:
             store.close()
+        if not neo.get("skipped_relationships"):  # a skipped link is tried again by the next full write
+            _snapshot(settings).save_if_committed(marker, generation, {"links": settings.links_table},
+                                                  extra=_snapshot_version())
     meta.update(stats)
     meta.update({
         "links": len(links),
@@ -101,5 +106,36 @@ def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> Sta
         "generation": generation,
         "marker": marker.state if marker else "none",
         "neo4j_seconds": neo.get("seconds", 0.0) if isinstance(neo, dict) else 0.0,
+        "write": "delta" if neo.get("delta_from") else "full",
     })
     return StageResult(data_version=generation, metadata=meta, value=links)
+
+
+def _snapshot(settings: Settings) -> ProjectedTables:
+    """The links table as Neo4j last committed it (stores/table_delta.py)."""
+    return ProjectedTables(settings.links_dir / "projected" / "neo4j")
+
+
+def _snapshot_version() -> dict:
+    return {v: CODE_VERSIONS[v] for v in ("cross_source_links", "neo4j_graph")}
+
+
+def _write_links(store, settings: Settings, generation: str, links: list[GraphRelation]) -> dict:
+    """Only the links that changed since the table Neo4j last committed, where it still holds that
+    generation (the same generation too: nothing to write, the store's counts are checked); else,
+    or when the counts after the delta disagree, the full write, which reads what the projection
+    holds and repairs it."""
+    table = settings.links_table
+    last = _snapshot(settings).load()
+    if (last is not None and set(last.tables) == {"links"} and same_columns(table, last.tables["links"])
+            and all(last.extra.get(k) == v for k, v in _snapshot_version().items())):
+        if last.generation == generation:
+            changed, removed = [], []
+        else:
+            delta = diff_tables(table, last.tables["links"], key=("rel_type", "rel_id"))
+            changed, removed = as_rows(delta.changed.to_pylist(), GraphRelation), delta.removed
+        expected = dict(Counter(l.rel_type for l in links))
+        stats = store.write_links_delta(generation, last.generation, changed, removed, expected)
+        if stats is not None:
+            return stats
+    return store.write_links(generation, links)

@@ -406,6 +406,51 @@ class Neo4jStore:
         return {"source_id": LINKS_SOURCE, "generation": generation, **stats, "seconds": round(seconds, 3),
                 "rels_per_s": round(n_rels / seconds, 1) if seconds > 0 else None}
 
+    def write_links_delta(self, generation: str, base_generation: str, changed: list[GraphRelation],
+                          removed: list[tuple[str, str]], expected: dict[str, int],
+                          progress: Callable[[str, int], None] | None = None) -> dict | None:
+        """Project the links' change since `base_generation` without reading what the projection
+        holds: `changed` are the new and changed links (every edge of a changed rel_id), `removed`
+        the (type, rel_id) keys that went, `expected` the whole new projection's relationships by
+        type. Only when the marker says the links committed `base_generation`; afterwards the
+        projection's relationships are counted by type (an index count, no properties read), and
+        unless they are `expected` (a link whose endpoint is missing, or an edge a source's DETACH
+        DELETE took while the links were not rewritten) it returns None, as it does when the
+        marker disagrees: the caller then does the full write_links, which repairs."""
+        t0 = time.monotonic()
+        marker = self.marker(LINKS_SOURCE)
+        if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
+            return None
+        rel_rows = self._rel_rows(changed, LINKS_SOURCE, default_source="")
+        plan = _Plan()
+        for t, rid in removed:
+            plan.drop_rels[check_rel_type(t)].append(rid)
+        for (t, rid), edges in rel_rows.items():
+            plan.replace_rels[t].append(rid)
+            plan.creates[(t, True)].extend(edges.values())
+        if rel_rows or removed or generation != base_generation:
+            with self._session() as session:
+                self._set_marker(LINKS_SOURCE, generation, BEGIN, session)
+                stats = self._apply(session, LINKS_SOURCE, generation, None, plan, progress)
+        else:  # the generation it holds: nothing to write
+            stats = _WriteStats()
+        held = self.relationship_counts(LINKS_SOURCE)
+        if held != {t: n for t, n in expected.items() if n}:
+            return None
+        out = self._stats(stats, plan, dict(expected))
+        for k in ("written_nodes", "unchanged_nodes", "deleted_nodes"):
+            out.pop(k)
+        return {"source_id": LINKS_SOURCE, "generation": generation, "delta_from": base_generation, **out,
+                "seconds": round(time.monotonic() - t0, 3), "rels_per_s": None}
+
+    def relationship_counts(self, projection: str) -> dict[str, int]:
+        """The projection's relationships by type (types it has none of left out), counted on the
+        relationship-type projection indexes."""
+        parts = [f"MATCH ()-[r:{check_rel_type(t)}]->() USING INDEX SEEK r:{t}(projection) "
+                 f"WHERE r.projection = $p RETURN '{t}' AS t, count(r) AS n" for t in ALLOWED_REL_TYPES]
+        rows = self._read(_KEEP_PLAN + " UNION ALL ".join(parts), p=projection)
+        return {r["t"]: r["n"] for r in rows if r["n"]}
+
     @staticmethod
     def _rel_rows(relations: list[GraphRelation], projection: str,
                   default_source: str) -> dict[tuple[str, str], dict[tuple[str, str], list]]:
