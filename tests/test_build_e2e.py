@@ -180,3 +180,35 @@ def test_links_follow_the_same_re_exports_from_the_imports_table_as_from_the_fil
         SourceLayout(s, spec.id).imports.unlink()
     from_facts, _ = build_index(s, specs)
     assert from_tables.exports == from_facts.exports
+
+
+def test_links_reuse_the_symbol_index_while_the_code_side_is_unchanged(mtrag_env):
+    """In one process (a watch, here the in-process builds) a docs-only change reuses the symbol
+    index and its resolutions; a code change builds it again; either way the links are those of a
+    fresh computation."""
+    from mtrag_resources.ingest.sources import load_sources
+    from mtrag_resources.stages import cross_source_links as csl
+
+    def fresh_links() -> list[str]:
+        csl._INDEX_MEMO.clear()
+        links, _ = csl.compute_links(s, load_sources(s.sources_file))
+        return [link.rel_id for link in links]
+
+    build()
+    s = settings()
+    index = csl._INDEX_MEMO[1]
+    before = len(read_rows(s.links_table))
+    (mtrag_env["docs"] / "coupons.md").write_text("# Coupons\n\nApplied before :func:`shopcart.tax.apply_tax`.\n")
+    build()
+    assert csl._INDEX_MEMO[1] is index  # the docs changed, the code's entities did not
+    assert len(read_rows(s.links_table)) == before + 1
+    assert [r["rel_id"] for r in read_rows(s.links_table)] == fresh_links()
+    index = csl._INDEX_MEMO[1]
+    tax = mtrag_env["pkg"] / "tax.py"
+    tax.write_text(tax.read_text() + '\n\ndef tax_free(amount: float) -> float:\n    """No tax."""\n    return amount\n')
+    (mtrag_env["docs"] / "coupons.md").write_text("# Coupons\n\nSee :func:`shopcart.tax.tax_free`.\n")
+    build()
+    assert csl._INDEX_MEMO[1] is not index  # a new function: a new index, which resolves it
+    links = read_rows(s.links_table)
+    assert any(r["dst_id"].endswith("tax_free") for r in links)
+    assert [r["rel_id"] for r in links] == fresh_links()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 
 CODE_LABELS = {"Module", "Class", "Function", "Method"}
+INDEXED_LABELS = CODE_LABELS | {"File"}  # the nodes a SymbolIndex keeps (add_nodes)
 IMPLEMENTS_ROLES = {"autofunction", "autoclass", "automethod", "automodule", "autoexception",
                     "autodata", "autoattribute", "autodecorator", "function", "class", "method"}
 
@@ -139,11 +140,13 @@ def link_for(ref: DocReference, candidates: list[GraphNode], confidence_override
         evidence_hash=ref.chunk_id, evidence_text=ref.matched_text[:200], source_id=ref.source_id)
 
 
-def resolve_links(index: SymbolIndex, references: list[DocReference]) -> tuple[list[GraphRelation], int]:
-    """Links (deduplicated by id, VERIFIED winning over INFERRED) and the count of unresolved refs."""
+def resolve_links(index: SymbolIndex, references: list[DocReference],
+                  resolved: dict | None = None) -> tuple[list[GraphRelation], int]:
+    """Links (deduplicated by id, VERIFIED winning over INFERRED) and the count of unresolved refs.
+    `resolved`: the resolutions already made on this very index (filled in as it goes)."""
     links: dict[str, GraphRelation] = {}
     unresolved = 0
-    resolved: dict[tuple, list[GraphNode]] = {}  # docs name the same targets again and again
+    resolved = {} if resolved is None else resolved  # docs name the same targets again and again
     for ref in references:
         key = (ref.ref_kind, ref.target, ref.module_context)
         candidates = resolved.get(key)
