@@ -289,6 +289,20 @@ def test_links_delta_writes_the_change_and_hands_back_to_the_full_write_when_cou
         neo4j_store.delete_source(LINKS_SOURCE)
 
 
+def test_chunk_counts_of_several_sources_in_one_query_equal_one_by_one(neo4j_store, sid):
+    other = sid + "-b"
+    try:
+        nodes, rels, chunks = code_graph(sid, names=("a", "b", "c"))
+        neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+        nodes2, rels2, chunks2 = code_graph(other, names=("x",))
+        neo4j_store.write_source(other, "g1", nodes2, rels2, chunks2)
+        counts = neo4j_store.chunk_counts([sid, other, sid + "-none"])
+        assert counts == {sid: 3, other: 1, sid + "-none": 0}
+        assert counts[sid] == neo4j_store.chunk_count(sid) and counts[other] == neo4j_store.chunk_count(other)
+    finally:
+        neo4j_store.delete_source(other)
+
+
 def test_missing_endpoint_is_skipped_and_counted(neo4j_store, sid):
     nodes, rels, chunks = code_graph(sid, names=("a", "b"))
     rels.append(rel(sid, "CALLS", "a", "nowhere"))

@@ -13,8 +13,9 @@ from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.stores.tables import read_shared
 
 
-def _markers(qdrant, fts, neo, source_id: str) -> dict:
-    return {"qdrant": qdrant.marker(source_id), "fts": fts.marker(source_id), "neo4j": neo.marker(source_id)}
+def _markers(qdrant, fts, neo_markers: dict, source_id: str) -> dict:
+    """`neo_markers`: every Neo4j marker, read in one query (a round trip per source was ~5 ms)."""
+    return {"qdrant": qdrant.marker(source_id), "fts": fts.marker(source_id), "neo4j": neo_markers.get(source_id)}
 
 
 def _ml_points(qdrant, spec: SourceSpec) -> int:
@@ -33,17 +34,19 @@ def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]
                 qdrant.delete_source(sid)
                 fts.delete_source(sid)
                 neo.delete_source(sid)
+            neo_markers = neo.markers()
+            chunk_nodes = neo.chunk_counts([spec.id for spec in specs])
             for spec in specs:
                 info = qdrant.collection_info(spec.kind) or {}
                 views[spec.id] = StoreView(
-                    markers=_markers(qdrant, fts, neo, spec.id),
+                    markers=_markers(qdrant, fts, neo_markers, spec.id),
                     qdrant_points=qdrant.count(spec.kind, spec.id) if info else 0,
                     qdrant_dim=info.get("dim"),
                     fts_counts=fts.counts(spec.id),
-                    neo4j_chunk_nodes=neo.chunk_count(spec.id),
+                    neo4j_chunk_nodes=chunk_nodes[spec.id],
                     qdrant_ml_points=_ml_points(qdrant, spec),
                 )
-            links_marker = neo.marker(LINKS_SOURCE)
+            links_marker = neo_markers.get(LINKS_SOURCE)
             locations = {"qdrant": settings.qdrant_url or str(settings.qdrant_path),
                          "fts": str(settings.fts_path), "neo4j": neo.uri}
         finally:
@@ -83,7 +86,8 @@ def lagging_sources(settings: Settings, specs: list[SourceSpec]) -> dict[str, st
     if not specs:
         return {}
     with open_qdrant(settings) as qdrant, open_fts(settings) as fts, open_neo4j(settings) as neo:
-        markers = {spec.id: _markers(qdrant, fts, neo, spec.id) for spec in specs}
+        neo_markers = neo.markers()
+        markers = {spec.id: _markers(qdrant, fts, neo_markers, spec.id) for spec in specs}
     out = {}
     for spec in specs:
         generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
