@@ -36,8 +36,11 @@ def _read_proposals(settings: Settings) -> list[dict]:
 
 def build_index(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, dict[str, GraphNode]]:
     """The symbol index of the specs' graph tables, and every node by id."""
-    nodes_by_id = {n.node_id: n for spec in specs for n in read_shared(SourceLayout(settings, spec.id).nodes, GraphNode)}
-    return _indexed(settings, specs)[0], nodes_by_id
+    return _indexed(settings, specs)[0], _nodes_by_id(settings, specs)
+
+
+def _nodes_by_id(settings: Settings, specs: list[SourceSpec]) -> dict[str, GraphNode]:
+    return {n.node_id: n for spec in specs for n in read_shared(SourceLayout(settings, spec.id).nodes, GraphNode)}
 
 
 # The last index built, with the resolutions made on it, kept while what it was built from is the
@@ -94,7 +97,7 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
     by_id = {l.rel_id: l for l in links}
     proposals_used = 0
     proposals = _read_proposals(settings)
-    nodes_by_id = build_index(settings, specs)[1] if proposals else {}
+    nodes_by_id = _nodes_by_id(settings, specs) if proposals else {}
     for p in proposals:
         node = nodes_by_id.get(p.get("node_id", ""))
         if node is None or p.get("from_chunk_id") not in chunk_ids:
