@@ -187,17 +187,16 @@ def _batch_tasks(settings: Settings, resource: MtragResource, batch: Batch, targ
                     [_task_name(r, sid) for r in reads])
         tasks[f"{sid}/clean"] = Task(lambda m=marker: m.unlink(missing_ok=True), own)
         previous = [*own, f"{sid}/clean"]
-    done = list(tasks)
     for asset in GLOBAL_ASSETS:
         key = _one_key(asset)
-        upstream = list(asset.asset_deps[key])
-        after = ([_task_name(k, sid) for sid in targets for d in upstream if d not in _GLOBAL_KEYS
-                  for k in (d, *checks_on.get(d, []))]
-                 + [_task_name(d, None) for d in upstream if d in _GLOBAL_KEYS])
         if asset is GLOBAL_ASSETS[-1]:
-            after = done  # the manifest: after everything
+            after = list(tasks)  # the manifest: after everything
+        else:
+            upstream = list(asset.asset_deps[key])
+            after = ([_task_name(k, sid) for sid in targets for d in upstream if d not in _GLOBAL_KEYS
+                      for k in (d, *checks_on.get(d, []))]
+                     + [_task_name(d, None) for d in upstream if d in _GLOBAL_KEYS])
         tasks[_task_name(key, None)] = Task(_timed(lambda a=asset: a(_context(resource, batch.tags, None))), after)
-        done = list(tasks)
     return tasks
 
 

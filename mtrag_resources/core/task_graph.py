@@ -23,10 +23,10 @@ def run_graph(tasks: dict[str, Task], pool: Executor) -> dict[str, Any]:
     and again keeps one pool, and with it its threads' thread-local connections). `tasks` in an
     order where every dependency comes before its dependents (a task naming an unknown or later one
     is refused)."""
-    order = list(tasks)
-    for i, (name, task) in enumerate(tasks.items()):
+    position = {name: i for i, name in enumerate(tasks)}
+    for name, task in tasks.items():
         for dep in task.after:
-            if dep not in tasks or order.index(dep) >= i:
+            if position.get(dep, len(tasks)) >= position[name]:
                 raise ValueError(f"task {name!r} depends on {dep!r}, which is not an earlier task")
     results: dict[str, Any] = {}
     failures: dict[str, BaseException] = {}
@@ -46,5 +46,5 @@ def run_graph(tasks: dict[str, Task], pool: Executor) -> dict[str, Any]:
             except BaseException as exc:  # noqa: BLE001 - raised below, after the others finish
                 failures[name] = exc
     if failures:
-        raise failures[min(failures, key=order.index)]
+        raise failures[min(failures, key=position.__getitem__)]
     return results
