@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, mtrag_env, write_json  # noqa: E402
+from bench.common import REPO, git_commit, mtrag_env, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -83,10 +83,7 @@ def main() -> None:
                for t, changes in walls.items()}
     ratio = {c: round(summary["head"][c]["min"] / summary["base"][c]["min"], 3) for c in ("append", "delete")}
     out = {"summary": summary, "head_over_base_min": ratio, "rounds": walls, "base": str(trees["base"]),
-           "base_commit": subprocess.run(["git", "-C", str(trees["base"]), "rev-parse", "--short", "HEAD"],
-                                         capture_output=True, text=True).stdout.strip(),
-           "head_commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                         capture_output=True, text=True).stdout.strip()}
+           "base_commit": git_commit(trees["base"]), "head_commit": git_commit(REPO)}
     write_json(args.out, out)
     subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
 

@@ -97,3 +97,9 @@ def stop_group(proc, grace_s: float = 30) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=10)
+
+
+def git_commit(tree: Path) -> str:
+    """The short commit a code tree (a checkout or worktree) is at."""
+    return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, write_json  # noqa: E402
+from bench.common import REPO, git_commit, write_json  # noqa: E402
 
 FIGURES = ("watch_append_s", "watch_append_p95_s", "watch_delete_s", "watch_batch_s")
 
@@ -82,12 +82,7 @@ def main() -> None:
                for t, v in runs.items()}
     ratio = {k: round(summary["head"][k] / summary["base"][k], 3) for k in FIGURES if summary["base"][k]}
     write_json(args.out, {"summary": summary, "head_over_base": ratio, "runs": runs, "base": str(trees["base"]),
-                          "base_commit": _commit(trees["base"]), "head_commit": _commit(REPO)})
-
-
-def _commit(tree: Path) -> str:
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+                          "base_commit": git_commit(trees["base"]), "head_commit": git_commit(REPO)})
 
 
 if __name__ == "__main__":
