@@ -139,6 +139,11 @@ def test_a_small_change_is_written_by_difference_and_equals_a_full_write(mtrag_e
     for sid in ("shop", "shop-docs"):
         neo, fts, qd = (latest_metadata(a, sid) for a in ("neo4j_graph", "fts_db", "qdrant_collection"))
         assert neo["write"] == fts["write"] == qd["write"] == "delta", (sid, neo, fts, qd)
+        # the difference came from cas_chunks' change log, not from comparing the chunk tables
+        assert latest_metadata("cas_chunks", sid)["change_log"].endswith("removed"), sid
+        assert fts["delta_read"] == qd["delta_read"] == "log", (fts, qd)
+        # ... and the graph's from canonical_graph's (this process wrote the graph tables before)
+        assert neo["delta_read"] == "nodes:log chunks:log relations:log", neo
         assert qd["upserted"] < qd["points"]
         assert fts["deleted_rows"] < fts["child_rows"] + fts["parent_rows"]  # not the whole source
         _assert_same_as_full(s, tmp_path, sid)

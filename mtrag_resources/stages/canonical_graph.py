@@ -9,7 +9,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.code_graph import resolve_code_graph
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stores.tables import write_rows
+from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_instance_changes
+from mtrag_resources.stores.tables import cached_rows, write_rows
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import StageResult, digest_file, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -77,8 +78,18 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         nodes, relations, references = assemble_graph(spec, parsed)
         nodes.sort(key=lambda n: n.node_id)
         relations.sort(key=lambda r: r.rel_id)
-        write_rows(layout.nodes, nodes, GraphNode)
-        write_rows(layout.relations, relations, GraphRelation)
+        logged = {}
+        for path, rows, row_type, pk in ((layout.nodes, nodes, GraphNode, "node_id"),
+                                         (layout.relations, relations, GraphRelation, "rel_id")):
+            # The change log compares with the rows this process wrote last (`mtrag watch`); a
+            # fresh process would decode the old table first, and the store stages compare faster.
+            base, old = identity(path), cached_rows(path, row_type)
+            write_rows(path, rows, row_type)
+            if old is None:
+                forget_changes(path)
+                logged[path.stem] = describe_changes({})
+            else:
+                logged[path.stem] = describe_changes(record_instance_changes(path, base, pk, old, rows))
         write_rows(layout.references, references, DocReference)
         imports = import_rows(parsed)
         write_rows(layout.imports, imports)
@@ -91,5 +102,6 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         "nodes_by_label": dict(Counter(n.label for n in nodes)),
         "relations_by_type": dict(Counter(r.rel_type for r in relations)),
         "relations_by_confidence": dict(Counter(r.confidence for r in relations)),
+        "change_log": logged,
     })
     return StageResult(data_version=digest, metadata=meta, value=(nodes, relations, references))

@@ -28,6 +28,7 @@ from mtrag_resources.ingest.chunking.pdf import chunk_pdf
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
+from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_changes, rows_outside
 from mtrag_resources.stores.tables import _schema_for, write_table
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
@@ -155,13 +156,30 @@ def _chunk_rows(parsed: ParsedFile, spec: SourceSpec, cas: ContentStore) -> list
     return rows
 
 
-def _kept_rows(layout: SourceLayout, kept: set[str]) -> pa.Table | None:
-    """The previous chunk table's rows of the files that did not change (no re-parse, no CAS
-    writes, no dataclass round trip for them)."""
-    if not kept or not layout.chunks.exists():
-        return None
+def _previous_rows(layout: SourceLayout, kept: set[str]) -> tuple[pa.Table | None, pa.Table | None]:
+    """(the previous chunk table's rows of the files that did not change (no re-parse, no CAS
+    writes, no dataclass round trip for them), the previous table whole); (None, None) when there
+    is none."""
+    if not layout.chunks.exists():
+        return None, None
     table = pq.read_table(layout.chunks)
-    return table.filter(pc.is_in(table["file_path"], value_set=pa.array(sorted(kept))))
+    if not kept:
+        return None, table
+    return table.filter(pc.is_in(table["file_path"], value_set=pa.array(sorted(kept)))), table
+
+
+def _log_changes(layout: SourceLayout, base: list | None, previous: pa.Table | None, table: pa.Table,
+                 rows: list[dict], kept: set[str]) -> dict:
+    """The chunk table's change log (stores/table_changes.py): the rows of the files parsed again
+    or gone, before and after. A kept file's rows are the previous table's, unless a source-wide
+    column (repository, ref) changed: then every row changed, and the readers compare tables."""
+    if previous is None or any(
+            set(previous.column(name).unique().to_pylist()) - set(table.column(name).unique().to_pylist())
+            for name in ("repository", "ref")):
+        forget_changes(layout.chunks)
+        return {}
+    return record_changes(layout.chunks, base, "chunk_id", rows_outside(previous, "file_path", kept),
+                          [r for r in rows if r["file_path"] not in kept], table.schema)
 
 
 def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
@@ -201,10 +219,13 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             index[entry.path] = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
                                  "key": key, "warnings": parsed.warnings, **({"skipped": skipped} if skipped else {})}
             new_rows.extend(_chunk_rows(parsed, spec, cas))
-        table = _assemble(_kept_rows(layout, kept), new_rows, spec, inventory)
+        kept_rows, previous_table = _previous_rows(layout, kept)
+        table = _assemble(kept_rows, new_rows, spec, inventory)
         rows = table.to_pylist()
         _check_unique_ids(spec.id, rows)
+        base = identity(layout.chunks)
         write_table(layout.chunks, table, records=rows)  # the stages after this one read them shared
+        logged = _log_changes(layout, base, previous_table, table, rows, kept)
         write_bytes_atomic(layout.facts, json.dumps(
             {"code_version": CODE_VERSIONS["cas_chunks"], "files": index}).encode())
         _remove_unused_facts(layout, {e["key"] for e in index.values()})
@@ -231,6 +252,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "warnings": warnings[:50],
         "warning_count": len(warnings),
         "generation": generation,
+        "change_log": describe_changes(logged),
     })
     return StageResult(data_version=generation, metadata=meta, value=rows)
 

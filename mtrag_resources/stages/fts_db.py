@@ -91,9 +91,12 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, i
     anchors = file_anchors(rows)
     if anchors:
         aliases.append(source_alias(anchors, source_id))
-    return store.write_source_delta(source_id, generation, input_sha, (last.generation, last.extra.get("input_sha256")),
-                                    old.column("chunk_id").to_pylist(), changed, aliases + endpoints,
-                                    SOURCE_WIDE_KINDS)
+    stats = store.write_source_delta(source_id, generation, input_sha, (last.generation, last.extra.get("input_sha256")),
+                                     old.column("chunk_id").to_pylist(), changed, aliases + endpoints,
+                                     SOURCE_WIDE_KINDS)
+    if stats is not None:
+        stats["delta_read"] = delta.via  # the change log's difference, or the tables compared
+    return stats
 
 
 def _endpoint_aliases(layout: SourceLayout) -> list[tuple[str, str, str]]:

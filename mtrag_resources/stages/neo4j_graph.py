@@ -82,8 +82,12 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str,
     nodes = as_rows(node_delta.changed.to_pylist(), GraphNode)
     chunks = chunk_delta.changed.to_pylist()
     removed_nodes = [k[0] for k in node_delta.removed] + [chunk_node_id(k[0]) for k in chunk_delta.removed]
-    return store.write_source_delta(source_id, generation, last.generation, nodes, relations, chunks,
-                                    removed_nodes, list(rel_delta.removed), totals=_totals(layout))
+    stats = store.write_source_delta(source_id, generation, last.generation, nodes, relations, chunks,
+                                     removed_nodes, list(rel_delta.removed), totals=_totals(layout))
+    if stats is not None:  # per table: the change log's difference, or the tables compared
+        stats["delta_read"] = " ".join(f"{name}:{d.via}" for name, d in
+                                       (("nodes", node_delta), ("chunks", chunk_delta), ("relations", rel_delta)))
+    return stats
 
 
 def _totals(layout: SourceLayout) -> dict:

@@ -122,4 +122,5 @@ def _write_delta(store, layout: SourceLayout, spec: SourceSpec, generation: str,
             stats[f"{collection_kind(spec.kind)}_points"] = pc.sum(
                 pc.and_(child, pc.equal(pc.fill_null(roles["script"], ""), "cjk"))).as_py() or 0
         stats["skipped"] = stats["points"] - stats["upserted"]
+        stats["delta_read"] = delta.via  # the change log's difference, or the tables compared
     return stats

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.contract import COMMITTED
+from mtrag_resources.stores.table_changes import logged_delta
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 STATE_FILE = "state.json"
@@ -95,6 +96,7 @@ class TableDelta:
     different); `removed`: the key tuples of the old table that the new one has no row for."""
     changed: pa.Table
     removed: list[tuple]
+    via: str = "compare"  # "log": read from the producer's change log (stores/table_changes.py)
 
 
 def same_columns(new: Path, old: Path) -> bool:
@@ -103,12 +105,20 @@ def same_columns(new: Path, old: Path) -> bool:
 
 def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, ...] | None = None) -> TableDelta:
     """Rows of `new` not in `old` (every column compared, or `columns`), and the keys of `old`
-    not in `new`. Both files must have the same columns (`same_columns`)."""
+    not in `new`. Both files must have the same columns (`same_columns`). Read from `new`'s change
+    log where it is the difference between these two files; the two tables compared otherwise."""
+    names = columns or tuple(pq.read_schema(new).names)
+    _check_names(*names, *key)
+    logged = logged_delta(new, old, key, names)
+    if logged is not None:
+        return TableDelta(changed=logged[0], removed=logged[1], via="log")
+    return compare_tables(new, old, key, names)
+
+
+def compare_tables(new: Path, old: Path, key: tuple[str, ...], names: tuple[str, ...]) -> TableDelta:
+    """diff_tables by comparing the two whole tables, whatever change log there is."""
+    _check_names(*names, *key)
     schema = pq.read_schema(new)
-    names = columns or tuple(schema.names)
-    for name in (*names, *key):
-        if not _IDENT.match(name):
-            raise ValueError(f"not a column name: {name!r}")
     cols = ", ".join(f'"{c}"' for c in names)
     keys = ", ".join(f'"{c}"' for c in key)
     con = _connection()
@@ -131,6 +141,13 @@ def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, 
     removed = con.execute(f"SELECT {keys} FROM read_parquet($old) EXCEPT SELECT {keys} FROM read_parquet($new)",
                           params).fetchall()
     return TableDelta(changed=changed, removed=[tuple(r) for r in removed])
+
+
+def _check_names(*names: str) -> None:
+    """Column names go into DuckDB's SQL text: only plain identifiers."""
+    for name in names:
+        if not _IDENT.match(name):
+            raise ValueError(f"not a column name: {name!r}")
 
 
 _LOCAL = threading.local()

@@ -37,7 +37,7 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
     else:
         # rows are flat (strings, numbers, lists of strings): a shallow view of each is enough, and
         # dataclasses.asdict's deep copy was most of a large table's write time
-        records = [{k: _flat(v) for k, v in (vars(r) if dataclasses.is_dataclass(r) else r).items()} for r in rows]
+        records = as_records(rows)
         if records:
             table = pa.Table.from_pylist(records)
         elif row_type is not None and dataclasses.is_dataclass(row_type):
@@ -48,6 +48,11 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
     if records and table.num_rows == len(records):
         _remember(Path(path), records)  # the next reader of this file in this process decodes nothing
     return len(records)
+
+
+def as_records(rows: Iterable) -> list[dict]:
+    """Dataclass rows (or dicts) as the table's records: flat values, a dict value as JSON."""
+    return [{k: _flat(v) for k, v in (vars(r) if dataclasses.is_dataclass(r) else r).items()} for r in rows]
 
 
 def _flat(value):
@@ -176,6 +181,16 @@ def read_shared(path: Path, row_type: type[T] | None = None) -> list:
     them. For the stages and checks that only look: copying or building 40k rows again per reader
     was ~0.1 s each at django's size."""
     return _decoded(Path(path), row_type) or []
+
+
+def cached_rows(path: Path, row_type: type[T] | None = None) -> list | None:
+    """read_shared's rows when this process holds them decoded already (it wrote or read the file),
+    else None: nothing is read."""
+    key = _identity(Path(path))
+    if key is None:
+        return None
+    with _DECODED_LOCK:
+        return _DECODED.get(key + (row_type,))
 
 
 def as_rows(records: Iterable[dict], row_type: type[T]) -> list[T]:

@@ -1,0 +1,128 @@
+"""The producers' change logs (stores/table_changes.py): where a log applies, the store stages read
+exactly the difference the comparison of the two whole tables finds; where it does not, they
+compare."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mtrag_resources.stores.table_changes import (changes_path, forget_changes, identity, record_changes,
+                                                  record_instance_changes)
+from mtrag_resources.stores.table_delta import ProjectedTables, compare_tables, diff_tables
+from mtrag_resources.stores.tables import read_shared, write_rows, write_table
+
+pytestmark = pytest.mark.unit
+
+SCHEMA = pa.schema([("id", pa.string()), ("path", pa.string()), ("v", pa.int64()),
+                    ("tags", pa.list_(pa.string())), ("note", pa.string())])
+_ROW = st.fixed_dictionaries({
+    "id": st.sampled_from("abcdefgh"), "path": st.sampled_from(["p", "q"]), "v": st.integers(0, 2) | st.none(),
+    "tags": st.lists(st.sampled_from(["x", ""]), max_size=2), "note": st.sampled_from(["", "é"]) | st.none()})
+_ROWS = st.lists(_ROW, max_size=8, unique_by=lambda r: r["id"])
+# (key, compared columns) as the store stages ask: the primary key alone or with another column,
+# every column or a subset
+_ASKS = [(("id",), None), (("id",), ("id", "v")), (("id", "path"), ("id", "path", "tags")), (("path", "id"), None)]
+
+
+def _write_version(table, rows, log_rows: str) -> None:
+    """Write `rows` over `table`, and its log."""
+    base = identity(table)
+    old = read_shared(table) if table.exists() else []
+    write_table(table, pa.Table.from_pylist(rows, schema=SCHEMA))
+    if log_rows == "all":  # a producer that passes every row
+        record_changes(table, base, "id", old, rows, SCHEMA)
+    else:  # one that passes the rows of one path only (cas_chunks: the files it parsed again)
+        record_changes(table, base, "id", [r for r in old if r["path"] == "q"],
+                       [r for r in rows if r["path"] == "q"], SCHEMA)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(old_rows=_ROWS, new_rows=_ROWS, how=st.sampled_from(["all", "q"]))
+def test_the_log_gives_what_comparing_the_tables_gives(tmp_path, old_rows, new_rows, how):
+    if how == "q":  # rows outside path q are the producer's kept rows: the same in both versions
+        kept = [r for r in old_rows if r["path"] == "p"]
+        new_rows = kept + [r for r in new_rows if r["path"] == "q" and r["id"] not in {k["id"] for k in kept}]
+    table = tmp_path / "chunks.parquet"
+    write_table(table, pa.Table.from_pylist(old_rows, schema=SCHEMA))
+    snapshot = ProjectedTables(tmp_path / "projected")
+    snapshot.save("g1", {"t": table})
+    _write_version(table, new_rows, how)
+    old = snapshot.load().tables["t"]
+    for key, columns in _ASKS:
+        names = columns or tuple(SCHEMA.names)
+        logged = diff_tables(table, old, key=key, columns=columns)
+        compared = compare_tables(table, old, key, names)
+        assert logged.via == "log"
+        assert sorted(logged.changed.to_pylist(), key=repr) == sorted(compared.changed.to_pylist(), key=repr)
+        assert logged.changed.schema.names == list(names)
+        assert sorted(logged.removed) == sorted(compared.removed)
+
+
+def test_a_log_of_other_versions_is_not_used(tmp_path):
+    """A snapshot two writes behind, a table rewritten after its log, a copied snapshot, a log gone:
+    the tables are compared."""
+    table = tmp_path / "chunks.parquet"
+    rows = [{"id": "a", "path": "p", "v": 1, "tags": [], "note": None}]
+    write_table(table, pa.Table.from_pylist(rows, schema=SCHEMA))
+    snapshot = ProjectedTables(tmp_path / "projected")
+    snapshot.save("g1", {"t": table})
+    _write_version(table, rows + [{"id": "b", "path": "q", "v": 2, "tags": [], "note": None}], "all")
+    _write_version(table, rows + [{"id": "c", "path": "q", "v": 3, "tags": [], "note": None}], "all")
+    old = snapshot.load().tables["t"]
+    stale = diff_tables(table, old, key=("id",))  # the log is the second write's: g1 is two behind
+    assert stale.via == "compare" and [r["id"] for r in stale.changed.to_pylist()] == ["c"]
+    snapshot.save("g2", {"t": table})
+    write_table(table, pa.Table.from_pylist(rows, schema=SCHEMA))  # a writer that stopped before its log
+    assert diff_tables(table, snapshot.load().tables["t"], key=("id",)).via == "compare"
+    assert diff_tables(table, snapshot.load().tables["t"], key=("id",)).removed == [("c",)]
+    forget_changes(table)
+    assert not changes_path(table).exists()
+    assert diff_tables(table, old, key=("id",)).via == "compare"
+
+
+def test_a_snapshot_that_is_a_copy_is_compared(tmp_path, monkeypatch):
+    """Where links are refused, ProjectedTables copies the table: the copy is another file than the
+    one the producer replaced, so its log does not apply."""
+    table = tmp_path / "chunks.parquet"
+    rows = [{"id": "a", "path": "p", "v": 1, "tags": [], "note": None}]
+    write_table(table, pa.Table.from_pylist(rows, schema=SCHEMA))
+
+    def refuse(src, dst):
+        raise OSError("links refused")
+    monkeypatch.setattr(os, "link", refuse)
+    snapshot = ProjectedTables(tmp_path / "projected")
+    snapshot.save("g1", {"t": table})
+    _write_version(table, [], "all")
+    assert changes_path(table).exists()
+    delta = diff_tables(table, snapshot.load().tables["t"], key=("id",))
+    assert delta.via == "compare" and delta.removed == [("a",)]
+
+
+@dataclass
+class Row:
+    id: str
+    v: int
+    tags: list = field(default_factory=list)
+
+
+def test_instance_rows_log_only_what_differs(tmp_path):
+    table = tmp_path / "nodes.parquet"
+    same, old_b = Row("a", 1, ["x"]), Row("b", 2)
+    write_rows(table, [same, old_b, Row("c", 3)], Row)
+    snapshot = ProjectedTables(tmp_path / "projected")
+    snapshot.save("g1", {"t": table})
+    base, old = identity(table), read_shared(table, Row)
+    new = [same, Row("b", 2), Row("d", 4, ["y"])]  # a: the same object; b: equal values; c gone; d new
+    write_rows(table, new, Row)
+    assert record_instance_changes(table, base, "id", old, new) == {"changed": 1, "removed": 1}
+    delta = diff_tables(table, snapshot.load().tables["t"], key=("id",))
+    assert delta.via == "log"
+    assert delta.changed.to_pylist() == [{"id": "d", "v": 4, "tags": ["y"]}] and delta.removed == [("c",)]
+    dup = [Row("a", 1), Row("a", 2)]  # a key that is not unique: no log
+    assert record_instance_changes(table, identity(table), "id", dup, new) == {}
+    assert not changes_path(table).exists()
