@@ -46,6 +46,11 @@ def run_tree(tree: Path, args, removed: list[Path], out: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _median(values: list[float]) -> float | None:
+    """None where no run measured the figure (no docs file was left to remove, for one)."""
+    return round(statistics.median(values), 3) if values else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="the other code tree (a git worktree)")
@@ -78,9 +83,9 @@ def main() -> None:
                 print(name, r + 1, runs[name][-1], flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    summary = {t: {k: round(statistics.median(x[k] for x in v if x[k] is not None), 3) for k in FIGURES}
-               for t, v in runs.items()}
-    ratio = {k: round(summary["head"][k] / summary["base"][k], 3) for k in FIGURES if summary["base"][k]}
+    summary = {t: {k: _median([x[k] for x in v if x[k] is not None]) for k in FIGURES} for t, v in runs.items()}
+    ratio = {k: round(summary["head"][k] / summary["base"][k], 3) for k in FIGURES
+             if summary["base"][k] and summary["head"][k]}
     write_json(args.out, {"summary": summary, "head_over_base": ratio, "runs": runs, "base": str(trees["base"]),
                           "base_commit": git_commit(trees["base"]), "head_commit": git_commit(REPO)})
 
