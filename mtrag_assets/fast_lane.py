@@ -146,17 +146,19 @@ def _stage_pool() -> ThreadPoolExecutor:
     return _POOL[0]
 
 
-def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print) -> Batch:
+def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print,
+              keep_qdrant: bool = False) -> Batch:
     """Materialise `targets`' partitions and publish, without a run; returns the batch's events
     for `record` (the caller records them after this returns: the generation is published).
     A stage starts once the stages it reads are done and the blocking checks on those passed, as
     in a run (see _batch_tasks), so a source's store writes run side by side. Sources go one after
-    another; the manifest comes last."""
+    another; the manifest comes last. `keep_qdrant`: the embedded Qdrant stays open for the next
+    batch (connect.close_parked_qdrant closes it)."""
     batch = Batch(batch_id=f"watch-{uuid.uuid4().hex[:12]}", tags={PLANE_TAG: "watch"})
     batch.tags[BATCH_TAG] = batch.batch_id
     resource = MtragResource()
     checks = _checks_by_asset()
-    with build_session(settings, specs, targets, log) as targets:
+    with build_session(settings, specs, targets, log, keep_qdrant=keep_qdrant) as targets:
         stores = shared_stores()
         tasks = _batch_tasks(settings, resource, batch, targets, checks)
         results = run_graph({name: Task(_in_thread_of(stores, task.run), task.after) for name, task in tasks.items()},

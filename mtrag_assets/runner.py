@@ -247,15 +247,17 @@ def sync_partitions(instance: dg.DagsterInstance, specs: list[SourceSpec]) -> di
 
 
 @contextmanager
-def build_session(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print):
+def build_session(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print,
+                  keep_qdrant: bool = False):
     """What every build holds while it writes, batch or fast lane: each target source's lock, one
     embedded Qdrant open for all steps, the publish's dirty marker (removed when the block ends
-    without an error). Yields the targets plus the sources whose stores lag behind their files."""
+    without an error). Yields the targets plus the sources whose stores lag behind their files.
+    `keep_qdrant`: leave the embedded Qdrant open for the process's next session (the watch)."""
     with ExitStack() as stack:
         for sid in targets:
             stack.enter_context(source_lock(settings, sid))
         # One embedded Qdrant open for the whole build instead of one per step and check.
-        stack.enter_context(shared_qdrant(settings))
+        stack.enter_context(shared_qdrant(settings, keep_open=keep_qdrant))
         publish_marker = mark_dirty(settings)
         # Unchanged files but stores that lost the source (or a crashed writer): rebuild it too,
         # so the publish gate passes without a manual --force.

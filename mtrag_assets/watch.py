@@ -12,7 +12,9 @@ the files and their digests (a git source: the commit), the sources, the generat
 Nothing else is needed to converge after a crash: a batch killed between stores leaves its
 sources' markers at `begin` (or its files newer than the published snapshot), and the first
 thing a (re)started watch does is the ordinary convergence build. SIGINT and SIGTERM stop it
-between batches."""
+between batches. While changes keep coming, the embedded Qdrant stays open between batches
+(KEEP_QDRANT_OPEN_S): another process's build or `mtrag status` waits that long for its lock at
+most."""
 from __future__ import annotations
 
 import signal
@@ -30,11 +32,15 @@ from mtrag_resources.publish.build_state import changed_sources, publish_pending
 from mtrag_resources.publish.journal import append_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.stores.connect import close_parked_qdrant
 
 from mtrag_assets.policies import PLANE_TAG
 
 DEBOUNCE_MS = 200
 RESCAN_S = 5.0  # a stat walk of the watched sources when no event came for this long
+# The embedded Qdrant stays open from one batch to the next while changes keep coming (an editor's
+# saves, a checkout's files), and is closed after this long without one.
+KEEP_QDRANT_OPEN_S = 3.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -215,8 +221,9 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         if not targets:  # a git folder's own bookkeeping (objects, index, logs): no ref moved
             return
         try:
-            batch = run_batch(settings, specs, targets, log=lambda line: None)
+            batch = run_batch(settings, specs, targets, log=lambda line: None, keep_qdrant=True)
         except Exception as exc:  # noqa: BLE001 - the next batch converges through a run
+            close_parked_qdrant()  # a build of another process may be what it ran into
             converge_next["pending"] = True
             log(f"batch failed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
                 "the next change converges through a Dagster run")
@@ -265,6 +272,9 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
 
     for changes in watchfiles.watch(*roots.values(), *git_dirs.values(), watch_filter=keep, debounce=debounce_ms, step=50, stop_event=stop,
                                     rust_timeout=1000, yield_on_timeout=True, raise_interrupt=False):
+        # The live Qdrant a burst of batches kept open goes once the burst is over: other processes
+        # (`mtrag build`, `mtrag status`) wait for its lock at most this long.
+        close_parked_qdrant(idle_s=KEEP_QDRANT_OPEN_S)
         if stop.is_set():
             break
         if not armed:
@@ -286,6 +296,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             if lagging:
                 log(f"rescan: {', '.join(lagging)} changed without a file event")
                 apply(set(), "rescan", lagging)
+    close_parked_qdrant()
     recorder.shutdown(wait=True)
     log("stopped")
     return 0

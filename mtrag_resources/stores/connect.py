@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from mtrag_resources.core.config import Settings
@@ -41,15 +42,40 @@ def open_qdrant(settings: Settings, path=None):
         return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key)
     path = path or settings.qdrant_path
     shared = getattr(_shared, "stores", {}).get(str(path))
+    if shared is None:
+        with _PARKED_LOCK:  # this process holds the folder's lock: a second open would be refused
+            shared = _PARKED.get(str(path), (None,))[0]
     if shared is not None:
         return _Borrowed(shared)
     return QdrantStore(path=path)
 
 
+# Stores a `shared_qdrant(keep_open=True)` block left open for the next one (`mtrag watch`: one per
+# burst of changes instead of one per batch; opening Edge and closing it again was ~0.05-0.1 s of a
+# 0.6 s batch on the bench corpus), by folder, with when they were parked. They hold the folder's
+# writer lock: the watch closes them once idle for a few seconds (close_parked_qdrant), so another
+# process's build waits at most that long.
+_PARKED: dict[str, tuple[object, float]] = {}
+_PARKED_LOCK = threading.Lock()
+
+
+def close_parked_qdrant(idle_s: float = 0.0) -> int:
+    """Close the parked stores idle for at least `idle_s` seconds; returns how many."""
+    now = time.monotonic()
+    with _PARKED_LOCK:
+        old = [key for key, (_, since) in _PARKED.items() if now - since >= idle_s]
+        stores = [_PARKED.pop(key)[0] for key in old]
+    for store in stores:
+        store.close()
+    return len(stores)
+
+
 @contextlib.contextmanager
-def shared_qdrant(settings: Settings):
+def shared_qdrant(settings: Settings, keep_open: bool = False):
     """Open embedded Qdrant once for a sequence of steps in this thread (a CLI build); it holds
-    the folder's writer lock until the block ends. A Qdrant server needs no sharing."""
+    the folder's writer lock until the block ends. `keep_open`: a block that ends without an error
+    parks the store for the next block of this process instead of closing it (close_parked_qdrant
+    closes it). A Qdrant server needs no sharing."""
     if settings.qdrant_url:
         yield
         return
@@ -61,13 +87,21 @@ def shared_qdrant(settings: Settings):
     if key in stores:  # nested: the outer block owns it
         yield
         return
-    store = QdrantStore(path=settings.qdrant_path)
+    with _PARKED_LOCK:
+        store = _PARKED.pop(key, (None,))[0]
+    store = store or QdrantStore(path=settings.qdrant_path)
     stores[key] = store
+    kept = False
     try:
         yield
+        if keep_open:
+            with _PARKED_LOCK:
+                _PARKED[key] = (store, time.monotonic())
+            kept = True
     finally:
         del stores[key]
-        store.close()
+        if not kept:
+            store.close()
 
 
 def shared_stores() -> dict:
