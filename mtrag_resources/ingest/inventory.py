@@ -88,28 +88,42 @@ def git_commit(root: Path) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def _walk(root: Path, include) -> "Iterator[tuple[str, Path, str | None]]":
-    """Yield (rel_path, abs_path, skip_reason|None). Symlinked directories are not followed, which
-    also makes symlink loops harmless. Directories no include glob can reach are not entered: a
-    source rooted at a repository must not pay for walking its data folders."""
+def _walk(root: Path, include) -> "Iterator[tuple[str, str, str | None, os.DirEntry]]":
+    """Yield (rel_path, abs_path, skip_reason|None, its directory entry), directories and files in
+    name order. Symlinked directories are not followed, which also makes symlink loops harmless.
+    Directories no include glob can reach are not entered: a source rooted at a repository must not
+    pay for walking its data folders. os.scandir's entries tell a directory and a symlink from
+    the directory listing, so a plain file costs no syscall here (django's 2,455 folders and 8.5k
+    files: pathlib and os.walk's per-entry lstat were most of a 0.12 s scan)."""
     prefixes = [_literal_prefix(p) for p in include]
-    root_str = str(root)
-    for dirpath, dirnames, filenames in os.walk(root_str, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root_str)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-        keep = []
-        for d in sorted(dirnames):
-            rel = f"{rel_dir}/{d}" if rel_dir else d
-            if d in ALWAYS_EXCLUDED_DIRS or not _reachable(rel, prefixes):
+    stack = [("", str(root))]
+    while stack:
+        rel_dir, dirpath = stack.pop()
+        try:
+            with os.scandir(dirpath) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue  # unreadable or gone since its parent was listed, as os.walk skips it
+        subdirs = []
+        files = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # a symlink to a directory too, as os.walk lists it
+            except OSError:
+                is_dir = False
+            (subdirs if is_dir else files).append(entry)
+        for entry in subdirs:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if entry.name in ALWAYS_EXCLUDED_DIRS or not _reachable(rel, prefixes):
                 continue
-            full = os.path.join(dirpath, d)
-            if os.path.islink(full):
-                yield rel, Path(full), "symlinked directory not followed"
-                continue
-            keep.append(d)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            yield (f"{rel_dir}/{name}" if rel_dir else name), Path(dirpath, name), None
+            if entry.is_symlink():
+                yield rel, entry.path, "symlinked directory not followed", entry
+        for entry in files:
+            yield (f"{rel_dir}/{entry.name}" if rel_dir else entry.name), entry.path, None, entry
+        # depth first, in name order: the order os.walk gave
+        stack.extend((f"{rel_dir}/{e.name}" if rel_dir else e.name, e.path) for e in reversed(subdirs)
+                     if e.name not in ALWAYS_EXCLUDED_DIRS and not e.is_symlink()
+                     and _reachable(f"{rel_dir}/{e.name}" if rel_dir else e.name, prefixes))
 
 
 def _literal_prefix(pattern: str) -> tuple[str, ...]:
@@ -134,12 +148,12 @@ def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
     root = Path(root).resolve()
     cache = {f.path: f for f in previous.files} if previous else {}
     files: list[FileEntry] = []
-    for rel, full, walk_reason in _walk(root, include):
+    for rel, full, walk_reason, dirent in _walk(root, include):
         # A symlinked directory is reported whatever the include globs say: it may hide files
         # the maintainer expected to be indexed.
         if (not walk_reason and not matches_any(rel, include)) or matches_any(rel, exclude):
             continue
-        files.append(_entry(root, rel, full, walk_reason, max_file_bytes, cache.get(rel), kind))
+        files.append(_entry(root, rel, Path(full), walk_reason, max_file_bytes, cache.get(rel), kind, dirent))
     return Inventory(source_id=source_id, root=str(root), commit=git_commit(root), files=files)
 
 
@@ -161,7 +175,7 @@ def binary_rule(language: str, kind: str, head: bytes, read: Callable[[], bytes]
 
 
 def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, cached,
-           source_kind: str = "code") -> FileEntry:
+           source_kind: str = "code", dirent: os.DirEntry | None = None) -> FileEntry:
     kind = classify(rel)
     category, language = kind if kind else ("", "")
 
@@ -170,7 +184,8 @@ def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, c
 
     if walk_reason:
         return skipped(walk_reason)
-    if full.is_symlink():
+    symlink = dirent.is_symlink() if dirent is not None else full.is_symlink()
+    if symlink:
         try:
             target = full.resolve(strict=True)
         except (OSError, RuntimeError):
@@ -178,7 +193,8 @@ def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, c
         if not target.is_relative_to(root):
             return skipped(f"symlink leaves the source root (-> {target})")
     try:
-        st = full.stat()
+        # not a symlink: the entry's lstat is the file's stat (one syscall, cached by the entry)
+        st = dirent.stat(follow_symlinks=False) if dirent is not None and not symlink else full.stat()
     except OSError as exc:
         return skipped(f"unreadable: {exc.strerror}")
     if not stat.S_ISREG(st.st_mode):
