@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pytest
+import pyarrow.compute  # noqa: F401 - pa.compute
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -126,3 +127,29 @@ def test_instance_rows_log_only_what_differs(tmp_path):
     dup = [Row("a", 1), Row("a", 2)]  # a key that is not unique: no log
     assert record_instance_changes(table, identity(table), "id", dup, new) == {}
     assert not changes_path(table).exists()
+
+
+_PATHS = st.sampled_from(["a.py", "b/c.py", "é.md", "Z.md", "a_b.py", "中文.md", "b.py"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(old=st.lists(st.tuples(_PATHS, st.integers(0, 3)), max_size=12),
+       reparsed=st.sets(_PATHS), new=st.lists(st.tuples(_PATHS, st.integers(0, 3)), max_size=6))
+def test_cas_chunks_records_from_the_previous_table_equal_decoding_the_new_one(old, reparsed, new):
+    """cas_chunks' records of a rebuilt chunk table, reusing the previous records of the files it
+    kept (stages/cas_chunks._records), are table.to_pylist() of the new table, in its order."""
+    from mtrag_resources.stages import cas_chunks
+
+    def table_of(rows):
+        return pa.Table.from_pylist([{"chunk_id": f"{p}#{i}#{n}", "file_path": p, "n": v, "repository": "r", "ref": ""}
+                                     for i, (p, v, n) in enumerate(rows)],
+                                    schema=pa.schema([("chunk_id", pa.string()), ("file_path", pa.string()),
+                                                      ("n", pa.int64()), ("repository", pa.string()), ("ref", pa.string())]))
+
+    previous = table_of([(p, v, "old") for p, v in old]).sort_by([("file_path", "ascending")])
+    kept = {p for p, _ in old} - reparsed
+    kept_part = previous.filter(pa.compute.is_in(previous["file_path"], value_set=pa.array(sorted(kept) or [""])))
+    fresh = table_of([(p, v, "new") for p, v in new if p not in kept])
+    table = pa.concat_tables([kept_part, fresh]).sort_by([("file_path", "ascending")])
+    records = cas_chunks._records(table, previous.to_pylist(), previous, kept)
+    assert records == table.to_pylist()

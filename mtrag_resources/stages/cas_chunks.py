@@ -29,7 +29,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_changes, rows_outside
-from mtrag_resources.stores.tables import _schema_for, write_table
+from mtrag_resources.stores.tables import _schema_for, cached_rows, write_table
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, update_state
@@ -168,14 +168,39 @@ def _previous_rows(layout: SourceLayout, kept: set[str]) -> tuple[pa.Table | Non
     return table.filter(pc.is_in(table["file_path"], value_set=pa.array(sorted(kept)))), table
 
 
+def _records(table: pa.Table, previous: list[dict] | None, previous_table: pa.Table | None,
+             kept: set[str]) -> list[dict]:
+    """table.to_pylist(), with the kept files' records taken from the previous table's (this
+    process wrote or read it: `mtrag watch`) instead of decoded again: a kept file's rows are the
+    previous table's as they were, unless a source-wide column changed. Converting django's 14.5k
+    chunk rows took 0.07-0.11 s a batch, for the one file that changed."""
+    if (not previous or not kept or previous_table is None or list(previous[0]) != table.schema.names
+            or _source_wide_changed(previous_table, table)):
+        return table.to_pylist()
+    by_file: dict[str, list[dict]] = {}
+    for record in previous:
+        if record["file_path"] in kept:
+            by_file.setdefault(record["file_path"], []).append(record)
+    fresh = table.filter(pc.invert(pc.is_in(table["file_path"], value_set=pa.array(sorted(kept))))).to_pylist()
+    for record in fresh:
+        by_file.setdefault(record["file_path"], []).append(record)
+    # the table's order: file path (UTF-8 byte order is code point order), then each file's own
+    records = [r for path in sorted(by_file) for r in by_file[path]]
+    return records if len(records) == table.num_rows else table.to_pylist()
+
+
+def _source_wide_changed(previous: pa.Table, table: pa.Table) -> bool:
+    """Does a column _assemble sets for every row (repository, ref) differ from the previous table's?"""
+    return any(set(previous.column(name).unique().to_pylist()) - set(table.column(name).unique().to_pylist())
+               for name in ("repository", "ref"))
+
+
 def _log_changes(layout: SourceLayout, base: list | None, previous: pa.Table | None, table: pa.Table,
                  rows: list[dict], kept: set[str]) -> dict:
     """The chunk table's change log (stores/table_changes.py): the rows of the files parsed again
     or gone, before and after. A kept file's rows are the previous table's, unless a source-wide
     column (repository, ref) changed: then every row changed, and the readers compare tables."""
-    if previous is None or any(
-            set(previous.column(name).unique().to_pylist()) - set(table.column(name).unique().to_pylist())
-            for name in ("repository", "ref")):
+    if previous is None or _source_wide_changed(previous, table):
         forget_changes(layout.chunks)
         return {}
     return record_changes(layout.chunks, base, "chunk_id", rows_outside(previous, "file_path", kept),
@@ -221,7 +246,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             new_rows.extend(_chunk_rows(parsed, spec, cas))
         kept_rows, previous_table = _previous_rows(layout, kept)
         table = _assemble(kept_rows, new_rows, spec, inventory)
-        rows = table.to_pylist()
+        rows = _records(table, cached_rows(layout.chunks), previous_table, kept)
         _check_unique_ids(spec.id, rows)
         base = identity(layout.chunks)
         write_table(layout.chunks, table, records=rows)  # the stages after this one read them shared

@@ -11,14 +11,15 @@ from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder
 from mtrag_resources.stores.embedding_cache import EmbeddingCache, embed_missing
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stores.tables import read_rows
+from mtrag_resources.stores.tables import read_shared
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.models import cjk_children, vector_hash
 
 
 def child_rows(layout: SourceLayout) -> list[dict]:
-    return [r for r in read_rows(layout.chunks) if r["role"] == "child"]
+    """The chunk table's child rows, shared with the process's other readers: read-only."""
+    return [r for r in read_shared(layout.chunks) if r["role"] == "child"]
 
 
 def build_embedding_cache(settings: Settings, spec: SourceSpec, embedder: Embedder, log=None,

@@ -19,7 +19,7 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stores.fts_query import (derive_aliases, endpoint_aliases, file_anchors, issue_aliases,
                                               source_alias)
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
-from mtrag_resources.stores.tables import read_rows
+from mtrag_resources.stores.tables import read_shared
 from mtrag_resources.stages.common import StageResult, digest_json, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
@@ -30,7 +30,7 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
     cas = ContentStore(settings.cas_dir)
     meta: dict = {}
     with timed(meta, "seconds"):
-        rows = read_rows(layout.chunks)
+        rows = read_shared(layout.chunks)  # shared, read-only: a write below copies what it changes
         chunk_ids = {r["chunk_id"] for r in rows}  # a graph older than the chunks names none of theirs
         endpoints = [a for a in _endpoint_aliases(layout) if a[2] in chunk_ids]
         issues = issue_aliases(rows)  # an issues source's keys (`#12`, `owner/repo#12`, `PROJ-12`)
@@ -45,6 +45,7 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
             if not issues and not held:
                 stats = _write_delta(store, layout, spec.id, generation, input_sha, rows, endpoints, cas, snapshot)
             if stats is None:
+                rows = [dict(r) for r in rows]
                 if not held:  # texts only when something is written
                     for r in rows:
                         r["text"] = cas.get_text(r["content_hash"])
@@ -84,7 +85,7 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, i
     files = set(delta.changed.column("file_path").to_pylist()) | {k[1] for k in delta.removed}
     old = pq.read_table(last.tables["chunks"], columns=["chunk_id", "file_path"])
     old = old.filter(pc.is_in(old["file_path"], value_set=pa.array(sorted(files), type=pa.string())))
-    changed = [r for r in rows if r["file_path"] in files]
+    changed = [dict(r) for r in rows if r["file_path"] in files]
     for r in changed:
         r["text"] = cas.get_text(r["content_hash"])
     aliases = derive_aliases(changed)  # per file; the source-wide ones follow
