@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SHARD_GLOB = "shard-*.parquet"
+SMALL_SHARD_BYTES = 4 << 20  # a shard under this is merged with the other small ones ...
+MAX_SMALL_SHARDS = 16        # ... once there are this many
 _READ_RETRIES = 5
 
 
@@ -119,7 +121,9 @@ class EmbeddingCache:
             return None
         keys = list(vectors)
         matrix = np.stack([np.asarray(vectors[k], dtype=np.float32).reshape(-1) for k in keys])
-        return self._write_shard(self.fingerprint_dir(fingerprint_id), keys, matrix)
+        shard = self._write_shard(self.fingerprint_dir(fingerprint_id), keys, matrix)
+        self.compact_small(fingerprint_id)
+        return shard
 
     def _write_shard(self, d: Path, keys: list[str], matrix: np.ndarray) -> Path:
         d.mkdir(parents=True, exist_ok=True)
@@ -145,13 +149,41 @@ class EmbeddingCache:
     def compact(self, fingerprint_id: str) -> dict:
         """Merge every shard into one (duplicates dropped). The merged shard is in place before
         the old ones go, so readers always see every vector; shards added meanwhile are kept."""
+        return self._merge(fingerprint_id, lambda shards: shards, wait=True)
+
+    def compact_small(self, fingerprint_id: str, max_small: int = MAX_SMALL_SHARDS,
+                      small_bytes: int = SMALL_SHARD_BYTES) -> dict | None:
+        """Merge the small shards into one once there are `max_small` of them; None when there are
+        fewer, or another process is merging. Every small change writes a shard of a few vectors
+        (a watch batch, a one-file build), and every fresh process reads each shard's hashes and
+        every lookup opens each file: 359 shards on the bench corpus after a day of edits took
+        ~0.2 s of each \`mtrag build\`. A merged shard under `small_bytes` is merged again with later
+        ones, so a vector is rewritten a few times at most and the large shards never."""
+        def small(shards: list[Path]) -> list[Path]:
+            found = []
+            for p in shards:
+                try:
+                    if p.stat().st_size < small_bytes:
+                        found.append(p)
+                except FileNotFoundError:
+                    continue
+            return found if len(found) >= max_small else []
+        if len(small(self.shards(fingerprint_id))) < max_small:
+            return None
+        return self._merge(fingerprint_id, small, wait=False)
+
+    def _merge(self, fingerprint_id: str, pick: Callable[[list[Path]], list[Path]], wait: bool) -> dict | None:
+        """Merge the shards `pick` chooses (under the fingerprint's compaction lock) into one."""
         d = self.fingerprint_dir(fingerprint_id)
         if not d.is_dir():
             return {"shards_before": 0, "shards_after": 0, "vectors": 0}
         with open(d / ".compact.lock", "a+") as lock_fh:
-            fcntl.flock(lock_fh, fcntl.LOCK_EX)
             try:
-                old = self.shards(fingerprint_id)
+                fcntl.flock(lock_fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None  # another process merges them
+            try:
+                old = pick(self.shards(fingerprint_id))
                 if len(old) <= 1:
                     return {"shards_before": len(old), "shards_after": len(old),
                             "vectors": self.count(fingerprint_id)}
