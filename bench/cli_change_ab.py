@@ -1,7 +1,8 @@
 """`mtrag build` for one-file changes, two code trees alternating on one built home: a speed-up as a
 ratio measured in one run (the machine is shared; runs an hour apart differ by more than most
 changes). Each round, for each tree in turn: one function appended to a Python file, `mtrag build`;
-one docs file removed, `mtrag build`. Both trees do the same work on the same stores.
+one docs file removed, `mtrag build`. Both trees do the same work on the same stores; the file and
+the docs are restored (and built) at the end.
 
     git worktree add /tmp/base HEAD~1
     python bench/cli_change_ab.py --base /tmp/base [--rounds 4] [--work bench/out/build-work]
@@ -69,16 +70,26 @@ def main() -> None:
                    capture_output=True)
     build(env, REPO)
     walls: dict[str, dict[str, list[float]]] = {t: {"append": [], "delete": []} for t in trees}
+    code = corpus / args.code_file
+    # what the rounds change is put back afterwards (and built, outside the clock), so the home's
+    # corpus stays the same from one run of this script to the next
+    original = code.read_bytes()
+    removed = {p: p.read_bytes() for p in docs[:2 * args.rounds]}
     n = 0
-    for r in range(args.rounds):
-        for name in (("base", "head") if r % 2 == 0 else ("head", "base")):
-            code = corpus / args.code_file
-            code.write_text(code.read_text() + APPENDED.format(n=n))
-            walls[name]["append"].append(build(env, trees[name]))
-            docs[n].unlink()
-            walls[name]["delete"].append(build(env, trees[name]))
-            n += 1
-            print(name, {k: v[-1] for k, v in walls[name].items()}, flush=True)
+    try:
+        for r in range(args.rounds):
+            for name in (("base", "head") if r % 2 == 0 else ("head", "base")):
+                code.write_text(code.read_text() + APPENDED.format(n=n))
+                walls[name]["append"].append(build(env, trees[name]))
+                docs[n].unlink()
+                walls[name]["delete"].append(build(env, trees[name]))
+                n += 1
+                print(name, {k: v[-1] for k, v in walls[name].items()}, flush=True)
+    finally:
+        code.write_bytes(original)
+        for path, data in removed.items():
+            path.write_bytes(data)
+        build(env, REPO)
     summary = {t: {c: {"min": min(v), "median": round(statistics.median(v), 3)} for c, v in changes.items()}
                for t, changes in walls.items()}
     ratio = {c: round(summary["head"][c]["min"] / summary["base"][c]["min"], 3) for c in ("append", "delete")}
