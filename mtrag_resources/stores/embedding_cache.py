@@ -157,7 +157,7 @@ class EmbeddingCache:
         fewer, or another process is merging. Every small change writes a shard of a few vectors
         (a watch batch, a one-file build), and every fresh process reads each shard's hashes and
         every lookup opens each file: 359 shards on the bench corpus after a day of edits took
-        ~0.2 s of each \`mtrag build\`. A merged shard under `small_bytes` is merged again with later
+        ~0.2 s of each `mtrag build`. A merged shard under `small_bytes` is merged again with later
         ones, so a vector is rewritten a few times at most and the large shards never."""
         def small(shards: list[Path]) -> list[Path]:
             found = []
