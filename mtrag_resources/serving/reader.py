@@ -73,6 +73,22 @@ MIN_TOP_COSINE = {"default": 0.30, "multilingual": 0.855}
 GRAPH_MOVED = {"source": "*", "store": "neo4j", "reason": "a graph write began during the query; graph results left out"}
 
 
+def _warm_vectors(qdrant, manifest: dict) -> None:
+    """One search in each of the new generation's collections before the swap, in the switch
+    thread: the first query on a freshly opened Edge shard paid its page faults (the first query
+    after a switch took 135 ms against ~26 ms, bench/scale.py on Django). Best effort."""
+    if qdrant is None:
+        return
+    import numpy as np
+    for kind in (manifest.get("stores", {}).get("qdrant_collections") or {}):
+        try:
+            info = qdrant.collection_info(kind)
+            if info and info["points"]:
+                qdrant.search(kind, np.full(info["dim"], info["dim"] ** -0.5, dtype=np.float32), k=20)
+        except Exception:  # noqa: BLE001 - a warm-up that fails costs the first query its faults
+            continue
+
+
 def _unreachable(exc: Exception) -> str:
     """Why the graph channel is stale when Neo4j cannot be asked."""
     return f"Neo4j unreachable: {exc.__class__.__name__}: {str(exc)[:200]}"
@@ -192,6 +208,8 @@ class ReaderCore:
                 self._switch_retry_at = time.monotonic() + SWITCH_RETRY_S
                 return
             self.switch_error = None
+            if not first_load:
+                _warm_vectors(stores[0], manifest)
             with self._lock.exclusive():
                 old = self._take_stores()
                 self._qdrant, self._qdrant_copy, self._fts, self._neo4j = stores
