@@ -6,7 +6,7 @@ files (put back afterwards: the next watch's start converges them, outside the c
     git worktree add /tmp/base HEAD~1
     python bench/watch_ab.py --base /tmp/base [--rounds 2] [--work bench/out/build-work]
     python bench/watch_ab.py --base /tmp/base --work bench/out/scale-work --code-file django/utils/text.py \\
-        --docs-source django-docs --docs-dir docs/howto --docs-glob '*.txt' --docs-root .
+        --docs-source django-docs --docs-dir docs/ref --docs-glob '*.txt' --docs-root .
 
 Why each run starts from its tree's folder: bench/watch_latency.py starts `mtrag watch` with
 `python -m` in its own repository folder, and `python -m` puts that folder first on sys.path, so
