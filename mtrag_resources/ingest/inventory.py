@@ -112,18 +112,18 @@ def _walk(root: Path, include) -> "Iterator[tuple[str, str, str | None, os.DirEn
             except OSError:
                 is_dir = False
             (subdirs if is_dir else files).append(entry)
+        descend = []
         for entry in subdirs:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             if entry.name in ALWAYS_EXCLUDED_DIRS or not _reachable(rel, prefixes):
                 continue
             if entry.is_symlink():
                 yield rel, entry.path, "symlinked directory not followed", entry
+            else:
+                descend.append((rel, entry.path))
         for entry in files:
             yield (f"{rel_dir}/{entry.name}" if rel_dir else entry.name), entry.path, None, entry
-        # depth first, in name order: the order os.walk gave
-        stack.extend((f"{rel_dir}/{e.name}" if rel_dir else e.name, e.path) for e in reversed(subdirs)
-                     if e.name not in ALWAYS_EXCLUDED_DIRS and not e.is_symlink()
-                     and _reachable(f"{rel_dir}/{e.name}" if rel_dir else e.name, prefixes))
+        stack.extend(reversed(descend))  # depth first, in name order: the order os.walk gave
 
 
 def _literal_prefix(pattern: str) -> tuple[str, ...]:
