@@ -9,7 +9,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.code_graph import resolve_code_graph
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_instance_changes
+from mtrag_resources.stores.table_changes import describe_changes, identity, record_instance_changes
 from mtrag_resources.stores.tables import cached_rows, write_rows
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import StageResult, digest_file, timed
@@ -85,11 +85,7 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
             # fresh process would decode the old table first, and the store stages compare faster.
             base, old = identity(path), cached_rows(path, row_type)
             write_rows(path, rows, row_type)
-            if old is None:
-                forget_changes(path)
-                logged[path.stem] = describe_changes({})
-            else:
-                logged[path.stem] = describe_changes(record_instance_changes(path, base, pk, old, rows))
+            logged[path.stem] = describe_changes(record_instance_changes(path, base, pk, old, rows))
         write_rows(layout.references, references, DocReference)
         imports = import_rows(parsed)
         write_rows(layout.imports, imports)

@@ -171,11 +171,10 @@ def _previous_rows(layout: SourceLayout, kept: set[str]) -> tuple[pa.Table | Non
 def _records(table: pa.Table, previous: list[dict] | None, previous_table: pa.Table | None,
              kept: set[str]) -> list[dict]:
     """table.to_pylist(), with the kept files' records taken from the previous table's (this
-    process wrote or read it: `mtrag watch`) instead of decoded again: a kept file's rows are the
-    previous table's as they were, unless a source-wide column changed. Converting django's 14.5k
+    process wrote or read it: `mtrag watch`) instead of decoded again. `previous_table`: the
+    previous table, None where its kept rows are not as they were. Converting django's 14.5k
     chunk rows took 0.07-0.11 s a batch, for the one file that changed."""
-    if (not previous or not kept or previous_table is None or list(previous[0]) != table.schema.names
-            or _source_wide_changed(previous_table, table)):
+    if not previous or not kept or previous_table is None or list(previous[0]) != table.schema.names:
         return table.to_pylist()
     by_file: dict[str, list[dict]] = {}
     for record in previous:
@@ -198,9 +197,9 @@ def _source_wide_changed(previous: pa.Table, table: pa.Table) -> bool:
 def _log_changes(layout: SourceLayout, base: list | None, previous: pa.Table | None, table: pa.Table,
                  rows: list[dict], kept: set[str]) -> dict:
     """The chunk table's change log (stores/table_changes.py): the rows of the files parsed again
-    or gone, before and after. A kept file's rows are the previous table's, unless a source-wide
-    column (repository, ref) changed: then every row changed, and the readers compare tables."""
-    if previous is None or _source_wide_changed(previous, table):
+    or gone, before and after. `previous`: the previous table, None where there is none or its
+    kept rows changed too (a source-wide column): then the readers compare tables."""
+    if previous is None:
         forget_changes(layout.chunks)
         return {}
     return record_changes(layout.chunks, base, "chunk_id", rows_outside(previous, "file_path", kept),
@@ -246,11 +245,14 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             new_rows.extend(_chunk_rows(parsed, spec, cas))
         kept_rows, previous_table = _previous_rows(layout, kept)
         table = _assemble(kept_rows, new_rows, spec, inventory)
-        rows = _records(table, cached_rows(layout.chunks), previous_table, kept)
+        # A kept file's rows are the previous table's as they were, unless a column _assemble sets
+        # for every row (repository, ref) changed: then every row changed.
+        previous = None if previous_table is None or _source_wide_changed(previous_table, table) else previous_table
+        rows = _records(table, cached_rows(layout.chunks), previous, kept)
         _check_unique_ids(spec.id, rows)
         base = identity(layout.chunks)
         write_table(layout.chunks, table, records=rows)  # the stages after this one read them shared
-        logged = _log_changes(layout, base, previous_table, table, rows, kept)
+        logged = _log_changes(layout, base, previous, table, rows, kept)
         write_bytes_atomic(layout.facts, json.dumps(
             {"code_version": CODE_VERSIONS["cas_chunks"], "files": index}).encode())
         _remove_unused_facts(layout, {e["key"] for e in index.values()})

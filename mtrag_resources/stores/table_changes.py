@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import operator
 import os
-import tempfile
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mtrag_resources.stores.tables import as_records
+from mtrag_resources.stores.tables import as_records, write_table
 
 CHANGE_COLUMN = "_change"
 _META_KEY = b"mtrag.changes"
@@ -75,23 +74,16 @@ def record_changes(table: Path, base: list | None, pk: str, old_rows: list[dict]
     log_schema = schema.remove_metadata().append(pa.field(CHANGE_COLUMN, pa.string()))
     log = pa.Table.from_pylist(rows, schema=log_schema).replace_schema_metadata({_META_KEY: json.dumps(
         {"base": base, "head": identity(table), "pk": pk}).encode()})
-    path = changes_path(table)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        pq.write_table(log, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_table(changes_path(table), log)
     return {"changed": len(changed), "removed": len(removed)}
 
 
-def record_instance_changes(table: Path, base: list | None, pk: str, old: list, new: list) -> dict:
+def record_instance_changes(table: Path, base: list | None, pk: str, old: list | None, new: list) -> dict:
     """record_changes for a table of dataclass rows written whole (write_rows): `old` the instances
-    of the table it replaced, `new` the ones written. An unchanged row is usually the same object
-    (the stage's memos), else compared by value; only the rows that differ become records."""
-    if base is None:
+    of the table it replaced (None where the caller does not hold them: no log), `new` the ones
+    written. An unchanged row is usually the same object (the stage's memos), else compared by
+    value; only the rows that differ become records."""
+    if base is None or old is None:
         forget_changes(table)
         return {}
     key_of = operator.attrgetter(pk)
