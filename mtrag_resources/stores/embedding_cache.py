@@ -185,6 +185,8 @@ class EmbeddingCache:
             try:
                 old = pick(self.shards(fingerprint_id))
                 if len(old) <= 1:
+                    if not wait:  # compact_small: merged meanwhile by another process
+                        return None
                     return {"shards_before": len(old), "shards_after": len(old),
                             "vectors": self.count(fingerprint_id)}
                 import duckdb
