@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtrag_resources.stores.table_changes import (changes_path, forget_changes, identity, record_changes,
-                                                  record_instance_changes)
+                                                  record_row_changes)
 from mtrag_resources.stores.table_delta import ProjectedTables, compare_tables, diff_tables
-from mtrag_resources.stores.tables import read_shared, write_rows, write_table
+from mtrag_resources.stores.tables import read_shared, write_rows, write_rows_changed, write_table
 
 pytestmark = pytest.mark.unit
 
@@ -117,16 +117,56 @@ def test_instance_rows_log_only_what_differs(tmp_path):
     write_rows(table, [same, old_b, Row("c", 3)], Row)
     snapshot = ProjectedTables(tmp_path / "projected")
     snapshot.save("g1", {"t": table})
-    base, old = identity(table), read_shared(table, Row)
+    base = identity(table)
     new = [same, Row("b", 2), Row("d", 4, ["y"])]  # a: the same object; b: equal values; c gone; d new
-    write_rows(table, new, Row)
-    assert record_instance_changes(table, base, "id", old, new) == {"changed": 1, "removed": 1}
+    changes = write_rows_changed(table, new, Row, "id")
+    assert [r.id for r in changes.fresh] == ["d"] and [r.id for r in changes.replaced] == ["c"]
+    assert record_row_changes(table, base, "id", changes) == {"changed": 1, "removed": 1}
     delta = diff_tables(table, snapshot.load().tables["t"], key=("id",))
     assert delta.via == "log"
     assert delta.changed.to_pylist() == [{"id": "d", "v": 4, "tags": ["y"]}] and delta.removed == [("c",)]
-    dup = [Row("a", 1), Row("a", 2)]  # a key that is not unique: no log
-    assert record_instance_changes(table, identity(table), "id", dup, new) == {}
+    dup = [Row("a", 1), Row("a", 2)]  # a key that is not unique: the whole table, and no log
+    assert write_rows_changed(table, dup, Row, "id") is None
+    assert record_row_changes(table, identity(table), "id", None) == {}
     assert not changes_path(table).exists()
+
+
+@dataclass
+class Node:
+    id: str
+    v: int | None = None
+    tags: list = field(default_factory=list)
+    note: str | None = None
+
+
+_NODE = st.builds(Node, id=st.sampled_from(["a", "b", "c", "é", "中", "Z", "a_b"]), v=st.integers(0, 2) | st.none(),
+                  tags=st.lists(st.sampled_from(["x", ""]), max_size=2), note=st.sampled_from(["", "é"]) | st.none())
+_VERSIONS = st.lists(st.lists(_NODE, max_size=6, unique_by=lambda n: n.id), min_size=1, max_size=4)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(versions=_VERSIONS)
+def test_changed_rows_write_the_table_a_whole_write_does(tmp_path, versions):
+    """Version after version, the merged table is byte for byte the file write_rows writes for the
+    same rows (so the data version does not depend on the path taken), whatever changed: rows new,
+    gone or changed, or a column going all null or getting its first value."""
+    merged, whole = tmp_path / "merged.parquet", tmp_path / "whole.parquet"
+    for p in (merged, whole):
+        p.unlink(missing_ok=True)
+    held: dict[str, Node] = {}
+    for version in versions:
+        rows = sorted((held.get(n.id) if held.get(n.id) == n else n for n in version), key=lambda n: n.id)
+        write_rows_changed(merged, rows, Node, "id")
+        write_rows(whole, rows, Node)
+        assert merged.read_bytes() == whole.read_bytes()
+        held = {n.id: n for n in rows}
+    if rows:  # a row changed by value (a new object with the same key) is found and merged
+        changed = Node(rows[0].id, 7 if rows[0].v != 7 else 8, rows[0].tags, rows[0].note)
+        changes = write_rows_changed(merged, [changed, *rows[1:]], Node, "id")
+        write_rows(whole, [changed, *rows[1:]], Node)
+        assert merged.read_bytes() == whole.read_bytes()
+        # None: the whole table (a column whose type the change alters, e.g. v's first value)
+        assert changes is None or (changes.fresh == [changed] and changes.replaced == [rows[0]])
 
 
 _PATHS = st.sampled_from(["a.py", "b/c.py", "é.md", "Z.md", "a_b.py", "中文.md", "b.py"])

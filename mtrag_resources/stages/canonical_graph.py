@@ -9,8 +9,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.code_graph import resolve_code_graph
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 from mtrag_resources.ingest.sources import SourceSpec
-from mtrag_resources.stores.table_changes import describe_changes, identity, record_instance_changes
-from mtrag_resources.stores.tables import cached_rows, write_rows
+from mtrag_resources.stores.table_changes import describe_changes, identity, record_row_changes
+from mtrag_resources.stores.tables import write_rows, write_rows_changed
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import StageResult, digest_file, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -81,11 +81,12 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         logged = {}
         for path, rows, row_type, pk in ((layout.nodes, nodes, GraphNode, "node_id"),
                                          (layout.relations, relations, GraphRelation, "rel_id")):
-            # The change log compares with the rows this process wrote last (`mtrag watch`); a
-            # fresh process would decode the old table first, and the store stages compare faster.
-            base, old = identity(path), cached_rows(path, row_type)
-            write_rows(path, rows, row_type)
-            logged[path.stem] = describe_changes(record_instance_changes(path, base, pk, old, rows))
+            # Only what changed since the rows this process wrote last (`mtrag watch`) is converted
+            # and logged; a fresh process writes the whole table (decoding the old one first would
+            # cost more than it saves) and the store stages compare tables.
+            base = identity(path)
+            changes = write_rows_changed(path, rows, row_type, pk)
+            logged[path.stem] = describe_changes(record_row_changes(path, base, pk, changes))
         write_rows(layout.references, references, DocReference)
         imports = import_rows(parsed)
         write_rows(layout.imports, imports)

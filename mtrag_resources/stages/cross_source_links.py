@@ -14,7 +14,7 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
-from mtrag_resources.stores.tables import as_rows, read_shared, write_rows
+from mtrag_resources.stores.tables import as_rows, read_shared, write_rows_changed
 from mtrag_resources.stages.cas_chunks import load_facts
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -120,7 +120,7 @@ def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> Sta
     meta: dict = {}
     with timed(meta, "seconds"):
         links, stats = compute_links(settings, specs)
-        write_rows(settings.links_table, links, GraphRelation)
+        write_rows_changed(settings.links_table, links, GraphRelation, "rel_id")  # links: sorted by rel_id
         generation = digest_json([[l.rel_id, l.confidence, l.evidence_hash] for l in links])[:24]
         store = open_neo4j(settings)
         try:

@@ -17,7 +17,6 @@ s, and one watch batch made five of them."""
 from __future__ import annotations
 
 import json
-import operator
 import os
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mtrag_resources.stores.tables import as_records, write_table
+from mtrag_resources.stores.tables import RowChanges, as_records, write_table
 
 CHANGE_COLUMN = "_change"
 _META_KEY = b"mtrag.changes"
@@ -78,26 +77,14 @@ def record_changes(table: Path, base: list | None, pk: str, old_rows: list[dict]
     return {"changed": len(changed), "removed": len(removed)}
 
 
-def record_instance_changes(table: Path, base: list | None, pk: str, old: list | None, new: list) -> dict:
-    """record_changes for a table of dataclass rows written whole (write_rows): `old` the instances
-    of the table it replaced (None where the caller does not hold them: no log), `new` the ones
-    written. An unchanged row is usually the same object (the stage's memos), else compared by
-    value; only the rows that differ become records."""
-    if base is None or old is None:
+def record_row_changes(table: Path, base: list | None, pk: str, changes: RowChanges | None) -> dict:
+    """record_changes for a table written by tables.write_rows_changed, from the change it found
+    (None: it wrote the whole table without comparing; no log, the readers compare)."""
+    if base is None or changes is None:
         forget_changes(table)
         return {}
-    key_of = operator.attrgetter(pk)
-    before = dict(zip(map(key_of, old), old))
-    if len(before) != len(old):
-        forget_changes(table)
-        return {}
-    after_keys = set(map(key_of, new))
-    # vars() compared: dicts compare in C, a dataclass's __eq__ builds two tuples in Python
-    fresh = [row for row, was in zip(new, map(before.get, map(key_of, new)))
-             if was is not row and (was is None or vars(was) != vars(row))]
-    replaced = [before[key_of(r)] for r in fresh if key_of(r) in before]
-    replaced += [r for k, r in before.items() if k not in after_keys]
-    return record_changes(table, base, pk, as_records(replaced), as_records(fresh), pq.read_schema(table))
+    return record_changes(table, base, pk, as_records(changes.replaced), as_records(changes.fresh),
+                          pq.read_schema(table))
 
 
 def describe_changes(counts: dict) -> str:

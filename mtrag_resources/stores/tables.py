@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 T = TypeVar("T")
@@ -229,3 +230,96 @@ def _schema_for(row_type) -> pa.Schema:
 def column_schema(row_type) -> list[tuple[str, str]]:
     """(name, type) pairs for Dagster's TableSchema metadata."""
     return [(f.name, str(t)) for f, t in zip(dataclasses.fields(row_type), _schema_for(row_type).types)]
+
+
+@dataclasses.dataclass
+class RowChanges:
+    """What write_rows_changed found: the rows new or changed (`fresh`, the new instances) and the
+    previous instances they replace or that went (`replaced`)."""
+    fresh: list
+    replaced: list
+
+
+# The Arrow table of the last write_rows_changed per file, by file identity: the next write merges
+# into it instead of reading the file back.
+_ARROW: dict[str, tuple[tuple, pa.Table]] = {}
+
+
+def write_rows_changed(path: Path, rows: list, row_type: type, pk: str) -> RowChanges | None:
+    """write_rows for a table of `row_type` instances sorted by their unique `pk`, that this process
+    wrote last (its instances are held, cached_rows): only the rows that differ from those become
+    Arrow columns, merged into the previous table (the others are the previous file's rows as they
+    are), so a one-file change does not convert every row of the source again (django's graph:
+    ~0.45 s of a watch batch for 40k nodes and 31k relations). The file is the one write_rows
+    writes for the same rows. Returns the change, or None where it wrote the whole table (nothing
+    held, keys not unique or not sorted, a column whose type the change alters)."""
+    path = Path(path)
+    old = cached_rows(path, row_type)
+    changes = _row_changes(old, rows, pk) if old is not None else None
+    merged = _merged(path, changes, rows, pk) if changes is not None else None
+    if merged is None:
+        write_rows(path, rows, row_type)
+        _ARROW.pop(str(path.resolve()), None)
+        return None
+    write_table(path, merged)
+    _remember(path, rows, row_type)
+    _ARROW[str(path.resolve())] = (_identity(path), merged)
+    return changes
+
+
+def _row_changes(old: list, new: list, pk: str) -> RowChanges | None:
+    key_of = operator.attrgetter(pk)
+    before = dict(zip(map(key_of, old), old))
+    keys = list(map(key_of, new))
+    if len(before) != len(old) or any(a >= b for a, b in zip(keys, keys[1:])):
+        return None  # not unique, or not in key order: the table is not a keyed merge of rows
+    after = set(keys)
+    # an unchanged row is usually the same object (the stage's memos), else compared by value:
+    # vars() compared, dicts compare in C where a dataclass's __eq__ builds two tuples in Python
+    fresh = [row for row, was in zip(new, map(before.get, keys))
+             if was is not row and (was is None or vars(was) != vars(row))]
+    replaced = [before[key_of(r)] for r in fresh if key_of(r) in before]
+    replaced += [r for k, r in before.items() if k not in after]
+    return RowChanges(fresh, replaced)
+
+
+def _merged(path: Path, changes: RowChanges, rows: list, pk: str) -> pa.Table | None:
+    """The previous table without the replaced rows, plus the fresh ones, in key order; None where
+    that is not the table write_rows would write."""
+    held = _ARROW.get(str(path.resolve()))
+    previous = held[1] if held is not None and held[0] == _identity(path) else _read_as_built(path)
+    if previous.num_rows != len(rows) - len(changes.fresh) + len(changes.replaced):
+        return None
+    table = previous
+    if changes.replaced:
+        gone = pa.array(sorted({getattr(r, pk) for r in changes.replaced}), type=pa.string())
+        table = table.filter(pc.invert(pc.is_in(table[pk], value_set=gone)))
+    if changes.fresh:
+        columns, flat = _dataclass_columns(changes.fresh)
+        if columns is None or not flat:
+            return None
+        try:
+            fresh = pa.table(columns).cast(previous.schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None  # a type the old rows did not have (e.g. values in a column that was all null)
+        table = pa.concat_tables([table, fresh]).sort_by(pk)
+    if table.num_rows != len(rows) or any(map(_all_null, table.columns)):
+        return None  # write_rows would infer the null type for that column (or its lists' items)
+    return table.combine_chunks()
+
+
+def _all_null(column: pa.ChunkedArray) -> bool:
+    """Is every value of this column (of a list column: every item) null, in a column of another
+    type than null?"""
+    if pa.types.is_list(column.type):
+        items = pc.list_flatten(column)
+        return items.null_count == len(items) and not pa.types.is_null(column.type.value_type)
+    return column.null_count == len(column) and not pa.types.is_null(column.type)
+
+
+def _read_as_built(path: Path) -> pa.Table:
+    """The file's table with the schema pa.table gives the same values: a list column read back from
+    Parquet names its item `element`, where a table built from Python lists names it `item`."""
+    table = pq.read_table(path).replace_schema_metadata(None)
+    return table.cast(pa.schema([pa.field(f.name, pa.list_(f.type.value_type)) if pa.types.is_list(f.type) else f
+                                 for f in table.schema]))
