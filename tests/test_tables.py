@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtrag_resources.stores.tables import _forget, read_rows, write_rows
+from mtrag_resources.stores.tables import _forget, read_rows, row_count, write_rows
 
 pytestmark = pytest.mark.unit
 
@@ -66,3 +66,12 @@ def test_one_field_rows_and_mixed_rows_are_written_too(tmp_path):
     write_rows(tmp_path / "mixed.parquet", mixed)
     _forget(tmp_path / "mixed.parquet")
     assert read_rows(tmp_path / "mixed.parquet") == _expected(mixed)
+
+
+def test_row_count_reads_the_footer_only(tmp_path):
+    table = tmp_path / "links.parquet"
+    assert row_count(table) == 0  # no table yet
+    write_rows(table, [{"id": str(i)} for i in range(5)])
+    assert row_count(table) == 5 == len(read_rows(table))
+    write_rows(table, [])
+    assert row_count(table) == 0

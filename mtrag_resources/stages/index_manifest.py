@@ -19,7 +19,7 @@ from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
-from mtrag_resources.stores.tables import read_rows, read_shared
+from mtrag_resources.stores.tables import read_shared, row_count
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, read_state
@@ -152,7 +152,7 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
             "sources": sources,
             "links": {"generation": links_marker.generation if links_marker else "",
                       "state": links_marker.state if links_marker else "none",
-                      "count": len(read_rows(settings.links_table))},
+                      "count": row_count(settings.links_table)},
             "stores": {**locations, "qdrant_snapshot": snapshot, "qdrant_collections": {
                 k: f"mtrag_{k}" for spec in specs
                 for k in ((spec.kind, collection_kind(spec.kind)) if uses_ml else (spec.kind,))}},

@@ -176,6 +176,14 @@ def read_rows(path: Path, row_type: type[T] | None = None) -> list:
     return as_rows(records, row_type)
 
 
+def row_count(path: Path) -> int:
+    """The table's number of rows, from its footer (0 where there is no table): nothing decoded."""
+    try:
+        return pq.read_metadata(path).num_rows
+    except FileNotFoundError:
+        return 0
+
+
 def read_shared(path: Path, row_type: type[T] | None = None) -> list:
     """The table's rows as read_rows gives them, but shared with this process's other readers
     (and with the writer that wrote them, for write_rows' own instances): read them, never change
