@@ -148,3 +148,17 @@ def test_launch_returns_before_bolt_and_the_first_connection_waits(tmp_path, mon
     with pytest.raises(Neo4jServerError, match="exited with code"):
         neo4j_connection(broken)
     assert Neo4jServer(broken).status() == {"running": False, "uri": None}
+
+
+@pytest.mark.unit
+def test_memory_settings_reach_the_server_conf(tmp_path, monkeypatch):
+    server = Neo4jServer(Settings(home=tmp_path))
+    server.write_conf(7687)
+    conf = server.conf_file.read_text()
+    assert "server.memory.pagecache.size=64m" in conf and "server.memory.heap.max_size=512m" in conf
+    monkeypatch.setenv("MTRAG_NEO4J_PAGECACHE", "512m")  # a graph whose store files outgrow 64 MB
+    monkeypatch.setenv("MTRAG_NEO4J_HEAP", "1g")
+    server = Neo4jServer(Settings(home=tmp_path))
+    server.write_conf(7687)
+    conf = server.conf_file.read_text()
+    assert "server.memory.pagecache.size=512m" in conf and "server.memory.heap.max_size=1g" in conf

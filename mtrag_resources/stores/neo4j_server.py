@@ -14,7 +14,8 @@ Bolt listens on 127.0.0.1 only, HTTP/HTTPS are off, auth is off, usage reporting
 `NEO4J_PASSWORD`) when set, else the local server's Bolt URI.
 
 Environment knobs: MTRAG_JAVA (java binary), JAVA_HOME, MTRAG_MVN (maven binary),
-MTRAG_NEO4J_VERSION, MTRAG_NEO4J_CACHE, MTRAG_NEO4J_HEAP (default 512m), MTRAG_NEO4J_BOLT_PORT,
+MTRAG_NEO4J_VERSION, MTRAG_NEO4J_CACHE, MTRAG_NEO4J_HEAP (default 512m), MTRAG_NEO4J_PAGECACHE (default
+64m), MTRAG_NEO4J_BOLT_PORT,
 MTRAG_NEO4J_JIT (`tiered`, the default: the JVM's two JIT compilers; `c1`: the quick one only. On a
 loaded 2-CPU machine `c1` made a fresh server's first writes 1.5-2x faster, since the optimizing
 compiler's threads compete with the queries for the cores; but on a quiet one it made every later
@@ -222,6 +223,7 @@ class Neo4jServer:
         self.settings = settings
         self.version = version or neo4j_version()
         self.heap = heap or env("MTRAG_NEO4J_HEAP") or "512m"
+        self.pagecache = env("MTRAG_NEO4J_PAGECACHE") or "64m"
         self.home = Path(settings.neo4j_dir).resolve()
 
     # paths
@@ -315,7 +317,7 @@ server.https.enabled=false
 dbms.security.auth_enabled=false
 dbms.usage_report.enabled=false
 internal.dbms.usage_report.udc_network_enabled=false
-server.memory.pagecache.size=64m
+server.memory.pagecache.size={self.pagecache}
 server.memory.heap.initial_size={self.heap}
 server.memory.heap.max_size={self.heap}
 db.tx_log.rotation.retention_policy=100M size
