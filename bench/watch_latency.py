@@ -53,12 +53,20 @@ class WatchProcess:
                                      start_new_session=True)
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
+        self.published_at: list[float] = []  # when each "published generation" line arrived
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
         for line in self.proc.stdout:
+            if line.startswith("published generation"):
+                self.published_at.append(time.perf_counter())
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
+
+    def published_after(self, t: float) -> float | None:
+        """Seconds from `t` to the first publish line after it (None: none yet)."""
+        later = [p for p in self.published_at if p > t]
+        return later[0] - t if later else None
 
     def wait_for(self, text: str, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -132,15 +140,17 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
         wait_healthy(server, port, 300)
         watch.wait_for("watching", 600)
         target = corpus / edit_file
-        append_s = []
+        append_s, append_published_s = [], []
         for n in range(edits):
             name = f"watch_bench_{n}_{int(time.time())}"
             generation = _answer(port, name).get("generation") or 0
+            saved = time.perf_counter()
             target.write_text(target.read_text() + APPENDED.format(n=n, stamp=name.rsplit("_", 1)[1]))
             append_s.append(_until(lambda: _newer(port, name, generation,
                                                   lambda hits: any(h.get("symbol", "").endswith(name) for h in hits[:1])),
                                    f"appended {name}"))
             watch.wait_for("recorded", 60)  # the batch's lineage is written before the next edit
+            append_published_s.append(watch.published_after(saved))
         delete_s, gone = [], []
         for source_id, rel, file_path in deletions:
             path = corpus / rel
@@ -164,6 +174,9 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
             "watch_append_s": round(statistics.median(append_s), 3),
             "watch_append_p95_s": round(percentile(append_s, 95), 3),
             "watch_append_rounds_s": [round(s, 3) for s in append_s],
+            # save -> the watch's "published generation" line: the rest of a round is the server's
+            # switch to the new generation and the 20 ms polling
+            "watch_append_published_rounds_s": [round(s, 3) if s is not None else None for s in append_published_s],
             "watch_delete_s": round(statistics.median(delete_s), 3) if delete_s else None,
             "watch_delete_rounds_s": [round(s, 3) for s in delete_s],
             "watch_deleted_everywhere": all(gone) if gone else None,

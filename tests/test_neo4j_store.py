@@ -121,6 +121,27 @@ def test_warm_up_plans_and_rehearses_every_write_and_writes_nothing(neo4j_store,
         neo4j_store.delete_source(LINKS_SOURCE)
 
 
+def test_warm_serving_plans_the_reads_a_query_sends_and_writes_nothing(neo4j_store, sid, monkeypatch):
+    """warm_serving runs, with nothing to match, the very statements (the plan cache's keys) that an
+    exact hit's call paths, the paths command's defaults and the doc -> code bridge send."""
+    nodes, rels, chunks = code_graph(sid)
+    neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    sent: list[str] = []
+    real_read = neo4j_store._read
+    monkeypatch.setattr(neo4j_store, "_read", lambda query, **params: sent.append(query) or real_read(query, **params))
+    before = neo4j_store.database_counts()
+    assert neo4j_store.warm_serving() == 3 + 2 * (2 + 4)
+    warmed, sent[:] = set(sent), []
+    assert neo4j_store.database_counts() == before
+    # what the reader sends (reader.py: _query_paths; the paths command's defaults; bridge.py)
+    assert neo4j_store.paths([f"{sid}:a"], rel_types=["CALLS"], direction="out", max_hops=2, verified_only=True,
+                             limit=5)
+    assert neo4j_store.paths([f"{sid}:a"])
+    neo4j_store.paths([f"{sid}:a"], [f"{sid}:c"])
+    neo4j_store.bridge([f"{sid}-c-a"])
+    assert sent and set(sent) <= warmed
+
+
 def test_stale_node_removed_in_new_generation(neo4j_store, sid):
     nodes, rels, chunks = code_graph(sid)
     neo4j_store.write_source(sid, "g1", nodes, rels, chunks)

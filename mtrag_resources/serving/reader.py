@@ -132,6 +132,7 @@ class ReaderCore:
         self._qdrant = self._fts = self._neo4j = None
         self._neo4j_error: str | None = None
         self._neo4j_tried = 0.0
+        self._graph_cold = True                    # no default graph read planned yet (_warm_graph)
         self._qdrant_copy: str | None = None
         self._embedder = None
         self._multilingual = None
@@ -278,13 +279,24 @@ class ReaderCore:
             store = open_neo4j(self.settings, **READER_NEO4J_CONFIG)
             store.markers()
             self._neo4j_error = None
+            if self._graph_cold and self._watching.is_set():
+                # a long-lived server's first connection (or the first after the graph was lost,
+                # e.g. a Neo4j restart): plan the default graph reads aside, not in a query
+                self._graph_cold = False
+                self._side_pool.submit(self._warm_graph, store)
             return store
         except Exception as exc:  # noqa: BLE001 - an unreachable graph makes its channel stale, not the reader dead
             if store is not None:
                 with contextlib.suppress(Exception):
                     store.close()
             self._neo4j_error = _unreachable(exc)
+            self._graph_cold = True
             return None
+
+    @staticmethod
+    def _warm_graph(store) -> None:
+        with contextlib.suppress(Exception):  # best effort: a switch may close this connection meanwhile
+            store.warm_serving()
 
     def _neo4j_lost(self, exc: Exception) -> None:
         """Drop the graph connection: every graph use checks `self._neo4j` and skips, and the next
@@ -294,6 +306,7 @@ class ReaderCore:
                 self._neo4j.close()
         self._neo4j = None
         self._neo4j_error = _unreachable(exc)
+        self._graph_cold = True
 
     def _take_stores(self) -> tuple:
         """The loaded stores, now this reader's no more; a graph connection still being made goes

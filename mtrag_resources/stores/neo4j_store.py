@@ -907,22 +907,10 @@ class Neo4jStore:
             to_ids = [a["node_id"] for a in self.resolve_anchors(list(to_names), limit=100)]
             if not to_ids:
                 return []
-        type_expr = "|".join(types)
-        left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
-        where = ["all(i IN range(0, size(nodes(p)) - 2) WHERE NOT nodes(p)[i] IN nodes(p)[i + 1..])"]
-        if verified_only:
-            where.append("all(r IN relationships(p) WHERE " + _VERIFIED_PRED.format(r="r") + ")")
-        if to_ids is not None:
-            where.append("b.node_id IN $to_ids AND NOT b.node_id IN $from_ids")
         out: list[dict] = []
         # shortest first: one bounded, lazily evaluated query per hop count, stopping at `limit`
         for h in range(1, hops + 1):
-            query = (f"MATCH (a:Entity) WHERE a.node_id IN $from_ids "
-                     f"MATCH p = (a){left}[:{type_expr}*{h}..{h}]{right}(b:Entity) "
-                     f"WHERE {' AND '.join(where)} "
-                     f"WITH p LIMIT $limit "
-                     f"RETURN [n IN nodes(p) | {_NODE_MAP.format(v='n')}] AS nodes, "
-                     f"[r IN relationships(p) | {_EDGE_MAP.format(r='r')}] AS edges")
+            query = self._path_query(h, types, direction, verified_only, with_to=to_ids is not None)
             rows = self._read(query, from_ids=from_ids, to_ids=to_ids or [], limit=limit - len(out))
             rows.sort(key=lambda r: [n["node_id"] for n in r["nodes"]])
             for r in rows:
@@ -930,6 +918,44 @@ class Neo4jStore:
             if len(out) >= limit:
                 break
         return out[:limit]
+
+    @staticmethod
+    def _path_query(hops: int, types: list[str], direction: str, verified_only: bool, with_to: bool) -> str:
+        """The paths of exactly `hops` hops over checked `types` (paths' query for one hop count)."""
+        left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
+        where = ["all(i IN range(0, size(nodes(p)) - 2) WHERE NOT nodes(p)[i] IN nodes(p)[i + 1..])"]
+        if verified_only:
+            where.append("all(r IN relationships(p) WHERE " + _VERIFIED_PRED.format(r="r") + ")")
+        if with_to:
+            where.append("b.node_id IN $to_ids AND NOT b.node_id IN $from_ids")
+        return (f"MATCH (a:Entity) WHERE a.node_id IN $from_ids "
+                f"MATCH p = (a){left}[:{'|'.join(types)}*{hops}..{hops}]{right}(b:Entity) "
+                f"WHERE {' AND '.join(where)} "
+                f"WITH p LIMIT $limit "
+                f"RETURN [n IN nodes(p) | {_NODE_MAP.format(v='n')}] AS nodes, "
+                f"[r IN relationships(p) | {_EDGE_MAP.format(r='r')}] AS edges")
+
+    # The graph reads a query makes by default: an exact hit's call paths (reader.py, _query_paths:
+    # CALLS, out, 2 hops, verified) and the paths command's defaults (4 hops, every relation).
+    SERVING_PATHS = ((("CALLS",), "out", 2), (DEFAULT_PATH_TYPES, "out", 4))
+
+    def warm_serving(self) -> int:
+        """Plan the statements a query sends by default (anchors, call paths, the doc -> code bridge),
+        each run with nothing to match: a server's plan cache starts empty, and the first query
+        that reached the graph after a Neo4j start paid their planning (~1 s of the first watch
+        edit's visibility, bench/watch_latency.py). Reads only; returns the number of statements."""
+        statements = 0
+        self.resolve_anchors(["\x00"])
+        self.bridge(["\x00"])
+        self.bridge(["\x00"], verified_only=True)
+        statements += 3
+        for types, direction, hops in self.SERVING_PATHS:
+            for h in range(1, hops + 1):
+                for with_to in (False, True):
+                    self._read(self._path_query(h, list(types), direction, True, with_to),
+                               from_ids=[], to_ids=[], limit=1)
+                    statements += 1
+        return statements
 
     def bridge(self, chunk_ids: list[str], rel_types: str | Iterable[str] | None = None,
                verified_only: bool = False, limit: int = 100) -> list[dict]:
