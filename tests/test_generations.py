@@ -214,3 +214,26 @@ def test_an_embedder_change_rebuilds_every_source(mtrag_env, monkeypatch):
     assert sorted(result["built"]) == ["shop", "shop-docs"]
     manifest = load_current(settings().manifest_dir)
     assert manifest["generation"] == 2 and manifest["embedder"]["fingerprint_id"] != before
+
+
+def test_a_switch_keeps_the_live_graph_connection(mtrag_env):
+    """A reader that switches to a new generation goes on with the graph connection it has (one
+    server whatever the generation) instead of opening a new one per switch; the new generation's
+    graph answers through it."""
+    build()
+    reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    try:
+        first = reader.query("apply the regional tax", k=5)
+        core = reader._core()
+        connection = core._live_graph()
+        assert first["generation"] == 1 and connection is not None
+        _edit_tax(mtrag_env, "switched")
+        build()
+        second = reader.query("apply the regional tax", k=5)
+        assert second["generation"] == 2 and second["stale"] == []
+        assert core._live_graph() is connection
+        assert connection.markers()  # not closed with generation 1's stores
+        paths = reader.paths("shopcart.cart.Cart.total", rel_types=["CALLS"], max_hops=3)
+        assert paths["generation"] == 2 and paths["paths"]
+    finally:
+        reader.close()

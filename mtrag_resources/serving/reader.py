@@ -193,7 +193,11 @@ class ReaderCore:
             if first_load and self._dense_wanted and manifest and manifest.get("embedder"):
                 self._side_pool.submit(self._preload_embedder, manifest)
             try:
-                stores = self._open_stores(manifest) if manifest else (None, None, None, None)
+                # The graph is one server whatever the generation: a live connection goes on
+                # serving the new one (a new driver, handshake and markers read per switch was
+                # ~20-30 ms of it); only a reader without one connects.
+                graph = None if first_load else self._live_graph()
+                stores = self._open_stores(manifest, graph) if manifest else (None, None, None, None)
                 if not first_load and isinstance(stores[3], Future):
                     # A switch thread waits for the graph connection itself: a query after the
                     # swap must not wait for it (an unreachable Neo4j takes its connect timeout).
@@ -213,6 +217,8 @@ class ReaderCore:
                 _warm_vectors(stores[0], manifest)
             with self._lock.exclusive():
                 old = self._take_stores()
+                if old[3] is not None and old[3] is stores[3]:
+                    old = (*old[:3], None)  # the connection the new generation goes on with
                 self._qdrant, self._qdrant_copy, self._fts, self._neo4j = stores
                 self.manifest, self._loaded_stamp = manifest, stamp
             # closing flushes and unmaps the old generation (~0.4 s at 20k points): not a query's wait
@@ -234,14 +240,23 @@ class ReaderCore:
                 self.manifest = self._manifest_override
                 self._loaded_stamp = "override"
 
-    def _open_stores(self, manifest: dict) -> tuple:
-        """(qdrant, its private folder, fts, neo4j) for `manifest`; nothing stays open on failure."""
+    def _live_graph(self):
+        """The loaded generation's graph connection when it has one made (None: none, or one still
+        being made)."""
+        with self._pending_lock:
+            return self._neo4j_store if self._neo4j_pending is None else None
+
+    def _open_stores(self, manifest: dict, graph=None) -> tuple:
+        """(qdrant, its private folder, fts, neo4j) for `manifest`; nothing stays open on failure
+        (but `graph`, a connection the caller holds and passes on, is left open)."""
         snapshot = manifest.get("stores", {}).get("qdrant_snapshot")
         # The graph connection (the driver's import, a Bolt handshake, the markers' read) is made
         # on the side pool while this thread opens the vector segments and a first query embeds and
         # searches; the first graph use waits for it (`_neo4j`). A CLI query pays the longest, not
         # the sum.
-        graph = self._side_pool.submit(self._connect_neo4j)
+        reused = graph is not None
+        if not reused:
+            graph = self._side_pool.submit(self._connect_neo4j)
         try:
             qdrant, copy = open_published_qdrant(self.settings, snapshot)
             try:
@@ -250,7 +265,8 @@ class ReaderCore:
                 self._close((qdrant, copy, None, None))
                 raise
         except BaseException:
-            self._close((None, None, None, graph.result()))
+            if not reused:
+                self._close((None, None, None, graph.result()))
             raise
         return qdrant, copy, fts, graph
 
