@@ -155,7 +155,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="keep --work's corpus and its built home (skip the full build; to debug later steps)")
     args = ap.parse_args()
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
     corpus = work / "corpus"
     reuse = args.reuse and (work / "home" / "08-manifest" / "CURRENT").exists()
     if not reuse:

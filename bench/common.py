@@ -19,6 +19,7 @@ def fetch_sdist(requirement: str, into: Path) -> Path:
 
 def mtrag_env(home: Path, sources: Path, **extra) -> dict:
     env = dict(os.environ)
+    home, sources = Path(home).resolve(), Path(sources).resolve()  # Dagster refuses a relative DAGSTER_HOME
     env.update({"MTRAG_HOME": str(home), "MTRAG_SOURCES": str(sources), "DAGSTER_HOME": str(home / "dagster_home"),
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"})
     env.update({k: str(v) for k, v in extra.items()})

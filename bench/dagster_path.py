@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(REPO / "bench/out/dagster_path.json"))
     args = ap.parse_args()
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
     home = work / "home"
     env = mtrag_env(home, work / "sources.yaml")
     # Runs the daemon launches do not start the local Neo4j (`mtrag build` does): start it here.

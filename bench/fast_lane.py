@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=str(REPO / "bench/out/fast_lane.json"))
     args = ap.parse_args()
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
     os.environ.update(mtrag_env(work / "home", work / "sources.yaml"))
     from mtrag_assets.cli import _load_specs
     from mtrag_assets.fast_lane import record, run_batch

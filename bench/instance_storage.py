@@ -80,7 +80,7 @@ def main() -> int:
     from mtrag_resources.stores.neo4j_server import Neo4jServer
     from mtrag_resources.stores.postgres_server import PostgresServer
 
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
     pg = PostgresServer(Settings(home=work / "pg-home"))
     neo4j = Neo4jServer(Settings(home=work / "neo4j-home"))
     for server in (pg, neo4j):  # a previous run's servers, before their folders go

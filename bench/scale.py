@@ -195,7 +195,7 @@ def main() -> None:
     ap.add_argument("--http-queries", type=int, default=100)
     ap.add_argument("--watch-edits", type=int, default=10)
     args = ap.parse_args()
-    corpus, ctx = prepare(Path(args.work), args.reuse)
+    corpus, ctx = prepare(Path(args.work).resolve(), args.reuse)  # relative: see build.py
     env, home = ctx["env"], ctx["home"]
     result: dict = {"corpus": DJANGO, "sources": list(SOURCES)}
     if not ctx["reused"]:

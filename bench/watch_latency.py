@@ -237,7 +237,7 @@ def main() -> None:
     ap.add_argument("--edits", type=int, default=10)
     ap.add_argument("--out", default=str(REPO / "bench/out/watch.json"))
     args = ap.parse_args()
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
     env = mtrag_env(work / "home", work / "sources.yaml")
     deletions = [tuple(d.split(":", 2)) for d in args.delete]
     result = measure(env, work / "home", work / "corpus", args.file, deletions, args.edits)
