@@ -195,7 +195,7 @@ class ReaderCore:
             try:
                 # The graph is one server whatever the generation: a live connection goes on
                 # serving the new one (a new driver, handshake and markers read per switch was
-                # ~20-30 ms of it); only a reader without one connects.
+                # ~20-50 ms of it); only a reader without one connects.
                 graph = None if first_load else self._live_graph()
                 stores = self._open_stores(manifest, graph) if manifest else (None, None, None, None)
                 if not first_load and isinstance(stores[3], Future):

@@ -944,11 +944,10 @@ class Neo4jStore:
         each run with nothing to match: a server's plan cache starts empty, and the first query
         that reached the graph after a Neo4j start paid their planning (~1 s of the first watch
         edit's visibility, bench/watch_latency.py). Reads only; returns the number of statements."""
-        statements = 0
         self.resolve_anchors(["\x00"])
         self.bridge(["\x00"])
         self.bridge(["\x00"], verified_only=True)
-        statements += 3
+        statements = 3
         for types, direction, hops in self.SERVING_PATHS:
             for h in range(1, hops + 1):
                 for with_to in (False, True):

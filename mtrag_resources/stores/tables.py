@@ -262,16 +262,17 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str) -> RowCh
     writes for the same rows. Returns the change, or None where it wrote the whole table (nothing
     held, keys not unique or not sorted, a column whose type the change alters)."""
     path = Path(path)
+    name = str(path.resolve())
     old = cached_rows(path, row_type)
     changes = _row_changes(old, rows, pk) if old is not None else None
-    merged = _merged(path, changes, rows, pk) if changes is not None else None
+    merged = _merged(path, _ARROW.get(name), changes, rows, pk) if changes is not None else None
     if merged is None:
         write_rows(path, rows, row_type)
-        _ARROW.pop(str(path.resolve()), None)
+        _ARROW.pop(name, None)
         return None
     write_table(path, merged)
     _remember(path, rows, row_type)
-    _ARROW[str(path.resolve())] = (_identity(path), merged)
+    _ARROW[name] = (_identity(path), merged)
     return changes
 
 
@@ -291,10 +292,10 @@ def _row_changes(old: list, new: list, pk: str) -> RowChanges | None:
     return RowChanges(fresh, replaced)
 
 
-def _merged(path: Path, changes: RowChanges, rows: list, pk: str) -> pa.Table | None:
-    """The previous table without the replaced rows, plus the fresh ones, in key order; None where
-    that is not the table write_rows would write."""
-    held = _ARROW.get(str(path.resolve()))
+def _merged(path: Path, held: tuple | None, changes: RowChanges, rows: list, pk: str) -> pa.Table | None:
+    """The previous table (`held`: its Arrow table by file identity, if this process kept it) without
+    the replaced rows, plus the fresh ones, in key order; None where that is not the table
+    write_rows would write."""
     previous = held[1] if held is not None and held[0] == _identity(path) else _read_as_built(path)
     if previous.num_rows != len(rows) - len(changes.fresh) + len(changes.replaced):
         return None
