@@ -9,6 +9,10 @@ served at the save (a store written before the publish is served as `stale` mean
   watch_delete_s   file removed -> gone from the published generation (and from Qdrant, FTS, Neo4j)
   watch_append_stage_s, watch_delete_stage_s
                    the watch's own seconds per asset (its journal's `stage_seconds`), medians
+  watch_serve_hybrid_p50_ms, watch_serve_hybrid_p95_ms
+                   hybrid queries from another client, SERVE_QPS a second, while the watch
+                   publishes SERVE_EDITS more appends (a phase of its own after the rounds above,
+                   so that their figures stay comparable with earlier runs)
 
 Used by bench/build.py (click + flask) and bench/scale.py (django); alone:
   python bench/watch_latency.py --work bench/out/build-work --file flask/src/flask/helpers.py \\
@@ -93,6 +97,12 @@ class WatchProcess:
 
 
 QUERY_TIMEOUT_S = 10.0
+SERVE_EDITS = 5
+SERVE_QPS = 10
+# What a service asks while the watch publishes: prose, an identifier, a question (hybrid: both
+# channels and the graph's bundles, the default mode of `POST /v1/query`)
+SERVE_QUERIES = ["how do I register an error handler", "url_for", "send a file to the client",
+                 "what does the test client return", "escape html in a template", "json response"]
 STALLS: list[float] = []  # queries the server did not answer within QUERY_TIMEOUT_S (reported)
 
 
@@ -167,10 +177,11 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
             gone.append(gone_everywhere(env, source_id, file_path))
         watch.drain()
         published = [line for line in watch.seen if line.startswith("published generation") and "(change)" in line]
+        out.update(_serve_while_publishing(port, target, watch))
         # the watch's own seconds per batch (from its event to the published generation): the rest
         # of each round is the file event's delivery and the server's switch to the generation
         batch_s = [float(line.rsplit(", ", 1)[1].split()[0]) for line in published]
-        out = {
+        out |= {
             "watch_append_s": round(statistics.median(append_s), 3),
             "watch_append_p95_s": round(percentile(append_s, 95), 3),
             "watch_append_rounds_s": [round(s, 3) for s in append_s],
@@ -190,7 +201,7 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
         # and over the removals (each asset summed over a batch's sources)
         batches = [e["stage_seconds"] for e in _entries(journal, journal_start) if e.get("stage_seconds")]
         out["watch_append_stage_s"] = _stage_medians(batches[:edits])
-        out["watch_delete_stage_s"] = _stage_medians(batches[edits:])
+        out["watch_delete_stage_s"] = _stage_medians(batches[edits:edits + len(delete_s)])
     except Exception as exc:
         watch.drain()
         raise RuntimeError(f"{exc}; mtrag watch said:\n" + "\n".join(watch.seen[-15:])) from exc
@@ -198,6 +209,49 @@ def measure(env: dict, home: Path, corpus: Path, edit_file: str, deletions: list
         watch.stop()
         stop_server(server)
     return out
+
+
+def _serve_while_publishing(port: int, target: Path, watch: WatchProcess, edits: int = SERVE_EDITS) -> dict:
+    """Hybrid latency seen by a steady client (SERVE_QPS, the queries in turn) while the watch
+    applies and publishes `edits` appends, each waited for up to its recorded lineage."""
+    latencies_ms: list[float] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        n = 0
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                status, _body = request(port, "/v1/query", {"query": SERVE_QUERIES[n % len(SERVE_QUERIES)],
+                                                           "mode": "hybrid", "k": 10}, QUERY_TIMEOUT_S)
+                if status != 200:
+                    errors.append(f"HTTP {status}")
+            except TimeoutError:
+                errors.append("timeout")
+            latencies_ms.append((time.perf_counter() - t0) * 1000)
+            n += 1
+            stop.wait(max(0.0, 1 / SERVE_QPS - (time.perf_counter() - t0)))
+
+    for text in SERVE_QUERIES:  # the query embedder's first use is not what this measures
+        request(port, "/v1/query", {"query": text, "mode": "hybrid", "k": 10}, 60)
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    try:
+        for n in range(edits):
+            name = f"watch_serve_{n}_{int(time.time())}"
+            target.write_text(target.read_text() + APPENDED.format(n=n, stamp=name.rsplit("_", 1)[1])
+                              .replace("watch_bench_", "watch_serve_"))
+            watch.wait_for("published generation", 60)
+            watch.wait_for("recorded", 60)
+    finally:
+        stop.set()
+        thread.join(QUERY_TIMEOUT_S + 1)
+    return {"watch_serve_hybrid_p50_ms": round(statistics.median(latencies_ms), 1) if latencies_ms else None,
+            "watch_serve_hybrid_p95_ms": round(percentile(latencies_ms, 95), 1) if latencies_ms else None,
+            "watch_serve_hybrid_max_ms": round(max(latencies_ms), 1) if latencies_ms else None,
+            "watch_serve_hybrid_queries": len(latencies_ms), "watch_serve_hybrid_errors": errors[:5],
+            "watch_serve_edits": edits}
 
 
 def _lines(path: Path) -> int:
