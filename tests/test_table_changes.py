@@ -4,6 +4,7 @@ compare."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from mtrag_resources.stores.table_changes import (changes_path, forget_changes, identity, record_changes,
                                                   record_row_changes)
 from mtrag_resources.stores.table_delta import ProjectedTables, compare_tables, diff_tables
-from mtrag_resources.stores.tables import read_shared, write_rows, write_rows_changed, write_table
+from mtrag_resources.stores.tables import read_shared, value_counts, write_rows, write_rows_changed, write_table
 
 pytestmark = pytest.mark.unit
 
@@ -159,6 +160,10 @@ def test_changed_rows_write_the_table_a_whole_write_does(tmp_path, versions):
         write_rows_changed(merged, rows, Node, "id")
         write_rows(whole, rows, Node)
         assert merged.read_bytes() == whole.read_bytes()
+        if rows:  # the held Arrow table (merged) and the file's column (whole) count as Counter does
+            expected = dict(Counter(n.note for n in rows))
+            assert value_counts(merged, "note") == value_counts(whole, "note") == expected
+            assert list(value_counts(merged, "note")) == list(expected)  # first occurrences' order
         held = {n.id: n for n in rows}
     if rows:  # a row changed by value (a new object with the same key) is found and merged
         changed = Node(rows[0].id, 7 if rows[0].v != 7 else 8, rows[0].tags, rows[0].note)

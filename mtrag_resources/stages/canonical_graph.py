@@ -3,14 +3,14 @@ the references its docs and issues make (resolved across sources by cross_source
 issues source's graph is its Issue nodes (CONTAINS their chunks, REFERENCES between issues)."""
 from __future__ import annotations
 
-from collections import Counter
+from operator import attrgetter
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.code_graph import resolve_code_graph
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, identity, record_row_changes
-from mtrag_resources.stores.tables import write_rows, write_rows_changed
+from mtrag_resources.stores.tables import value_counts, write_rows, write_rows_changed
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import StageResult, digest_file, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -76,8 +76,8 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
     with timed(meta, "seconds"):
         parsed = load_parsed_files(layout)
         nodes, relations, references = assemble_graph(spec, parsed)
-        nodes.sort(key=lambda n: n.node_id)
-        relations.sort(key=lambda r: r.rel_id)
+        nodes.sort(key=attrgetter("node_id"))
+        relations.sort(key=attrgetter("rel_id"))
         logged = {}
         for path, rows, row_type, pk in ((layout.nodes, nodes, GraphNode, "node_id"),
                                          (layout.relations, relations, GraphRelation, "rel_id")):
@@ -96,9 +96,9 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         "relations": len(relations),
         "references": len(references),
         "imports": len(imports),
-        "nodes_by_label": dict(Counter(n.label for n in nodes)),
-        "relations_by_type": dict(Counter(r.rel_type for r in relations)),
-        "relations_by_confidence": dict(Counter(r.confidence for r in relations)),
+        "nodes_by_label": value_counts(layout.nodes, "label") if nodes else {},
+        "relations_by_type": value_counts(layout.relations, "rel_type") if relations else {},
+        "relations_by_confidence": value_counts(layout.relations, "confidence") if relations else {},
         "change_log": logged,
     })
     return StageResult(data_version=digest, metadata=meta, value=(nodes, relations, references))

@@ -184,6 +184,18 @@ def row_count(path: Path) -> int:
         return 0
 
 
+def value_counts(path: Path, column: str) -> dict:
+    """{value: rows} of one column of the table, in the order values first occur: from the Arrow
+    table this process merged into the file last (write_rows_changed) where it holds it, else the
+    file's column alone. What Counter over the rows gives, without a Python object per row (django's
+    graph metadata: ~40 ms a watch batch over 45k rows)."""
+    path = Path(path)
+    held = _ARROW.get(str(path.resolve()))
+    table = held[1] if held is not None and held[0] == _identity(path) else pq.read_table(path, columns=[column])
+    counted = pc.value_counts(table[column]).to_pylist()
+    return {c["values"]: c["counts"] for c in counted}
+
+
 def read_shared(path: Path, row_type: type[T] | None = None) -> list:
     """The table's rows as read_rows gives them, but shared with this process's other readers
     (and with the writer that wrote them, for write_rows' own instances): read them, never change
