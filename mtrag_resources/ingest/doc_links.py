@@ -127,7 +127,9 @@ def _unique(nodes: list[GraphNode]) -> list[GraphNode]:
     return sorted(out, key=lambda n: n.qualified_name)
 
 
-def link_for(ref: DocReference, candidates: list[GraphNode], confidence_override: str | None = None) -> GraphRelation:
+def link_for(ref: DocReference, candidates: list[GraphNode], confidence_override: str | None = None,
+             evidence_hash: str | None = None) -> GraphRelation:
+    """`evidence_hash`: the referring chunk's content hash (its chunk id where not given)."""
     rel_type = "IMPLEMENTS" if ref.ref_kind == "directive" and ref.role in IMPLEMENTS_ROLES else "MENTIONS"
     src = f"chunk:{ref.chunk_id}"
     dst = candidates[0]
@@ -137,16 +139,24 @@ def link_for(ref: DocReference, candidates: list[GraphNode], confidence_override
         confidence=confidence,
         candidates=[c.qualified_name for c in candidates] if len(candidates) > 1 else [],
         evidence_file=ref.file_path, evidence_start=ref.line, evidence_end=ref.line,
-        evidence_hash=ref.chunk_id, evidence_text=ref.matched_text[:200], source_id=ref.source_id)
+        evidence_hash=ref.chunk_id if evidence_hash is None else evidence_hash, evidence_text=ref.matched_text[:200], source_id=ref.source_id)
 
 
-def resolve_links(index: SymbolIndex, references: list[DocReference],
-                  resolved: dict | None = None) -> tuple[list[GraphRelation], int]:
+def resolve_links(index: SymbolIndex, references: list[DocReference], resolved: dict | None = None,
+                  evidence: dict[str, str] | None = None,
+                  made: dict | None = None) -> tuple[list[GraphRelation], int]:
     """Links (deduplicated by id, VERIFIED winning over INFERRED) and the count of unresolved refs.
-    `resolved`: the resolutions already made on this very index (filled in as it goes)."""
+    `resolved`: the resolutions already made on this very index (filled in as it goes).
+    `evidence`: chunk id -> content hash, each link's evidence_hash (else its chunk id).
+    `made`: the caller's memo of the links this made last, by reference, replaced by this call's:
+    a reference (the same object: read_shared gives an unchanged table's very rows) resolved to
+    the same nodes with the same evidence keeps its link object, so no id is hashed again and the
+    links table's merge finds it unchanged by identity (django: ~29k references a watch batch)."""
     links: dict[str, GraphRelation] = {}
     unresolved = 0
     resolved = {} if resolved is None else resolved  # docs name the same targets again and again
+    evidence = evidence or {}
+    last, now = (made or {}), {}
     for ref in references:
         key = (ref.ref_kind, ref.target, ref.module_context)
         candidates = resolved.get(key)
@@ -155,8 +165,22 @@ def resolve_links(index: SymbolIndex, references: list[DocReference],
         if not candidates:
             unresolved += 1
             continue
-        link = link_for(ref, candidates)
+        evidence_hash = evidence.get(ref.chunk_id, ref.chunk_id)
+        was = last.get(id(ref))
+        if was is not None and was[0] is ref and _same_nodes(was[1], candidates) \
+                and was[2].evidence_hash == evidence_hash:
+            link = was[2]
+        else:
+            link = link_for(ref, candidates, evidence_hash=evidence_hash)
+        now[id(ref)] = (ref, candidates, link)  # the reference is held: its id is not reused meanwhile
         old = links.get(link.rel_id)
         if old is None or (old.confidence != "VERIFIED" and link.confidence == "VERIFIED"):
             links[link.rel_id] = link
+    if made is not None:
+        made.clear()
+        made.update(now)
     return sorted(links.values(), key=lambda r: r.rel_id), unresolved
+
+
+def _same_nodes(a: list[GraphNode], b: list[GraphNode]) -> bool:
+    return a is b or (len(a) == len(b) and all(x is y for x, y in zip(a, b)))

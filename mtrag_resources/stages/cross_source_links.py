@@ -49,6 +49,8 @@ def _nodes_by_id(settings: Settings, specs: list[SourceSpec]) -> dict[str, Graph
 # resolves nothing again (django: ~0.25 s of its links stage).
 _INDEX_MEMO: list = []
 _INDEX_MEMO_LOCK = threading.Lock()
+# The links the last compute_links made, by reference, for its sources (resolve_links' `made`).
+_LINKS_MADE: dict[tuple, dict] = {}
 
 
 def _index_inputs(settings: Settings, specs: list[SourceSpec]) -> list[tuple]:
@@ -93,7 +95,12 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
         for r in read_shared(layout.chunks):
             chunk_hash[r["chunk_id"]] = r["content_hash"]
             chunk_ids.add(r["chunk_id"])
-    links, unresolved = resolve_links(index, references, resolved)
+    with _INDEX_MEMO_LOCK:
+        made = _LINKS_MADE.pop(tuple(s.id for s in specs), {})
+    links, unresolved = resolve_links(index, references, resolved, evidence=chunk_hash, made=made)
+    with _INDEX_MEMO_LOCK:
+        _LINKS_MADE.clear()  # one set of sources' links kept: what the next batch compares with
+        _LINKS_MADE[tuple(s.id for s in specs)] = made
     by_id = {l.rel_id: l for l in links}
     proposals_used = 0
     proposals = _read_proposals(settings)
@@ -105,13 +112,12 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
         ref = DocReference(chunk_id=p["from_chunk_id"], file_path=p.get("file_path", ""), line=int(p.get("line", 0)),
                            ref_kind="proposal", role="", target=node.qualified_name,
                            matched_text=p.get("matched_text", ""), source_id=p.get("source_id", ""))
-        link = link_for(ref, [node], confidence_override="INFERRED")
+        link = link_for(ref, [node], confidence_override="INFERRED",
+                        evidence_hash=chunk_hash.get(ref.chunk_id))
         if link.rel_id not in by_id:
             by_id[link.rel_id] = link
             proposals_used += 1
     links = sorted(by_id.values(), key=lambda r: r.rel_id)
-    for link in links:
-        link.evidence_hash = chunk_hash.get(link.src_id.removeprefix("chunk:"), link.evidence_hash)
     stats = {"references": len(references), "unresolved": unresolved, "proposals_used": proposals_used}
     return links, stats
 
