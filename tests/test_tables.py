@@ -75,3 +75,23 @@ def test_row_count_reads_the_footer_only(tmp_path):
     assert row_count(table) == 5 == len(read_rows(table))
     write_rows(table, [])
     assert row_count(table) == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(texts=st.lists(st.one_of(st.none(), st.sampled_from(["", "a", "é", "中"])), max_size=12),
+       flags=st.lists(st.one_of(st.none(), st.booleans()), max_size=12))
+def test_arrow_counts_are_what_python_counts(texts, flags):
+    """column_counts is Counter (values and first-occurrence order); truthy_count is
+    sum(bool(v)), for strings (empty and null count as false), booleans and all-null columns."""
+    import pyarrow as pa
+    from collections import Counter
+
+    from mtrag_resources.stores.tables import column_counts, truthy_count
+
+    table = pa.table({"t": pa.array(texts, type=pa.string()), "n": pa.array([None] * len(texts))})
+    assert column_counts(table, "t") == dict(Counter(texts))
+    assert list(column_counts(table, "t")) == list(dict(Counter(texts)))
+    assert truthy_count(table, "t") == sum(bool(v) for v in texts)
+    assert truthy_count(table, "n") == 0
+    flagged = pa.table({"f": pa.array(flags, type=pa.bool_())})
+    assert truthy_count(flagged, "f") == sum(bool(v) for v in flags)

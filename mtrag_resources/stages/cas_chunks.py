@@ -29,7 +29,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_changes, rows_outside
-from mtrag_resources.stores.tables import _schema_for, cached_rows, write_table
+from mtrag_resources.stores.tables import _schema_for, cached_rows, column_counts, truthy_count, write_table
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, update_state
@@ -264,15 +264,17 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     reparsed = len(index) - len(kept)
     generation = chunk_set_generation(rows)
     update_state(layout, generation=generation)
-    roles = Counter(r["role"] for r in rows)
+    # counted in the Arrow table, not over the row dicts (five passes over django's 24k rows: ~25 ms
+    # of every watch batch)
+    roles = column_counts(table, "role")
     meta.update({
         "chunks": len(rows),
         "parents": roles.get("parent", 0),
         "children": roles.get("child", 0),
-        "by_type": dict(Counter(r["chunk_type"] for r in rows)),
-        "by_language": dict(Counter(r["language"] for r in rows)),
-        "embedding_texts": sum(bool(r["embed_hash"]) for r in rows),  # code children (ingest/embed_text.py)
-        "declarations": sum(bool(r["declaration"]) for r in rows),    # demoted below implementations
+        "by_type": column_counts(table, "chunk_type"),
+        "by_language": column_counts(table, "language"),
+        "embedding_texts": truthy_count(table, "embed_hash"),  # code children (ingest/embed_text.py)
+        "declarations": truthy_count(table, "declaration"),    # demoted below implementations
         "files_parsed": reparsed,
         "files_reused": len(kept),
         "skipped_documents": dict(sorted(skipped_docs.items())[:50]),

@@ -192,8 +192,25 @@ def value_counts(path: Path, column: str) -> dict:
     path = Path(path)
     held = _ARROW.get(str(path.resolve()))
     table = held[1] if held is not None and held[0] == _identity(path) else pq.read_table(path, columns=[column])
-    counted = pc.value_counts(table[column]).to_pylist()
-    return {c["values"]: c["counts"] for c in counted}
+    return column_counts(table, column)
+
+
+def column_counts(table: pa.Table, column: str) -> dict:
+    """{value: rows} of one column of an Arrow table, in the order values first occur (Counter's)."""
+    return {c["values"]: c["counts"] for c in pc.value_counts(table[column]).to_pylist()}
+
+
+def truthy_count(table: pa.Table, column: str) -> int:
+    """How many rows hold a value Python takes as true in `column` (a string or bool column; an
+    all-null one counts none): sum(bool(v) for v in values) without a Python object per row."""
+    values = table[column]
+    if pa.types.is_boolean(values.type):
+        return int(pc.sum(values).as_py() or 0)
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return int(pc.sum(pc.greater(pc.utf8_length(values), 0)).as_py() or 0)
+    if pa.types.is_null(values.type):
+        return 0
+    return sum(bool(v) for v in values.to_pylist())
 
 
 def read_shared(path: Path, row_type: type[T] | None = None) -> list:
