@@ -116,7 +116,8 @@ def _callable(definition) -> tuple:
     return _CALLABLES[definition]
 
 
-def warm_up(settings: Settings | None = None, source_ids: list[str] | None = None) -> None:
+def warm_up(settings: Settings | None = None, source_ids: list[str] | None = None,
+            specs: list[SourceSpec] | None = None) -> None:
     """Pay the first batch's one-time costs ahead of it: the ephemeral instance and one context,
     the stages' memos for `source_ids` (stages/warm.py), and Neo4j's (a server the watch's start
     just launched has no plans and no pages in memory)."""
@@ -124,7 +125,7 @@ def warm_up(settings: Settings | None = None, source_ids: list[str] | None = Non
     if settings is None:
         return
     try:
-        warm_stage_memos(settings, source_ids or [])
+        warm_stage_memos(settings, source_ids or [], specs)
     except Exception:  # noqa: BLE001 - a source not built yet (or its tables gone): its first batch reads them
         pass
     try:

@@ -258,7 +258,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     # contexts share: ~1.4 s of the first change's batch on the bench corpus; the plans of the
     # Neo4j write statements: ~4 s on a server the start just launched).
     from mtrag_assets.fast_lane import warm_up
-    warm_up(settings, [s.id for s in watched + git_watched])
+    warm_up(settings, [s.id for s in watched + git_watched], specs)
     armed = False
     last_scan = time.monotonic()
 

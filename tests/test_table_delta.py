@@ -87,7 +87,8 @@ def test_two_sources_with_the_same_files_keep_their_own_graph_facts(tmp_path):
 
     from mtrag_resources.core.config import Settings
     from mtrag_resources.core.layout import SourceLayout
-    from mtrag_resources.core.models import GraphNode
+    from mtrag_resources.core.models import GraphNode, GraphRelation
+    from mtrag_resources.ingest import code_graph
     from mtrag_resources.ingest.sources import load_sources
     from mtrag_resources.stages.canonical_graph import build_canonical_graph
     from mtrag_resources.stages.cas_chunks import build_cas_chunks
@@ -141,7 +142,8 @@ def test_warming_loads_the_memos_the_first_batch_reads(tmp_path):
     """stages/warm.py: after it, the graph stage's facts and the tables are served from memory."""
     from mtrag_resources.core.config import Settings
     from mtrag_resources.core.layout import SourceLayout
-    from mtrag_resources.core.models import GraphNode
+    from mtrag_resources.core.models import GraphNode, GraphRelation
+    from mtrag_resources.ingest import code_graph
     from mtrag_resources.ingest.sources import load_sources
     from mtrag_resources.stages import cas_chunks
     from mtrag_resources.stages.canonical_graph import build_canonical_graph
@@ -161,10 +163,22 @@ def test_warming_loads_the_memos_the_first_batch_reads(tmp_path):
     cas_chunks._FACTS.clear()
     tables._DECODED.clear()  # as a process that starts after the build
 
-    assert warm_stage_memos(settings, ["shop", "not-built-yet"]) > 0
+    code_graph._LAST_EDGES.clear()
+    code_graph._LAST_IDS.clear()
+    tables._ARROW.clear()
+    assert warm_stage_memos(settings, ["shop", "not-built-yet"], [spec]) > 0
     warmed_facts, warmed_tables = len(cas_chunks._PARSED), len(tables._DECODED)
     assert warmed_facts > 0 and warmed_tables >= 4  # chunk records; nodes, relations, references
     layout = SourceLayout(settings, "shop")
+    # the code graph's last resolution (its edges and their ids) and the graph tables' Arrow form
+    assert code_graph._LAST_EDGES["shop"] and code_graph._LAST_IDS["shop"]
+    assert {str(layout.nodes.resolve()), str(layout.relations.resolve())} <= set(tables._ARROW)
+    # ... which the next build finds as they were: every edge reused, the table merged, not rewritten whole
+    edges_before = dict(code_graph._LAST_EDGES["shop"])
+    rows_before = tables.read_shared(layout.relations, GraphRelation)
+    build_canonical_graph(settings, spec)
+    assert all(code_graph._LAST_EDGES["shop"][k][3] is v[3] for k, v in edges_before.items())
+    assert tables.read_shared(layout.relations, GraphRelation) == rows_before
     parsed = cas_chunks.load_parsed_files(layout)
     assert parsed and all(a[1] is b[1] for a, b in zip(parsed, cas_chunks.load_parsed_files(layout)))
     nodes = tables.read_shared(layout.nodes, GraphNode)

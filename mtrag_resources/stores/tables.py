@@ -305,6 +305,15 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str) -> RowCh
     return changes
 
 
+def hold_arrow(path: Path) -> None:
+    """Read the table once into the Arrow form write_rows_changed merges into (a long-lived writer's
+    warm-up: its first merge then reads no file); nothing where there is no table."""
+    path = Path(path)
+    key = _identity(path)
+    if key is not None and _ARROW.get(str(path.resolve()), (None,))[0] != key:
+        _ARROW[str(path.resolve())] = (key, _read_as_built(path))
+
+
 def _row_changes(old: list, new: list, pk: str) -> RowChanges | None:
     key_of = operator.attrgetter(pk)
     before = dict(zip(map(key_of, old), old))
