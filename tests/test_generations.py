@@ -216,6 +216,51 @@ def test_an_embedder_change_rebuilds_every_source(mtrag_env, monkeypatch):
     assert manifest["generation"] == 2 and manifest["embedder"]["fingerprint_id"] != before
 
 
+def test_a_switch_keeps_the_shards_of_collections_it_did_not_change(mtrag_env):
+    """A generation that changed only code goes on with the docs collection's loaded Edge shard
+    (loading one holds the GIL, and every query waits meanwhile) and loads the code collection
+    from its own version; both answer. A closed generation's private folder is kept exactly while
+    a served shard lives in it (the multilingual docs collection, which no edit here changes,
+    stays adopted from the first), and closing the reader leaves no private folder of its own."""
+    build()
+    reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    readers = Path(load_current(settings().manifest_dir)["stores"]["qdrant_snapshot"]).parent / ".readers"
+    try:
+        assert reader.query("apply the regional tax", k=5)["generation"] == 1
+        core = reader._core()
+        first = core._qdrant.client
+        docs_shard, code_shard, first_copy = first._shards["mtrag_docs"], first._shards["mtrag_code"], core._qdrant_copy
+        _edit_tax(mtrag_env, "switched")
+        build()
+        second = reader.query("round to cents (switched)", k=5)
+        assert second["generation"] == 2 and second["stale"] == []
+        client = core._qdrant.client
+        assert client._shards["mtrag_docs"] is docs_shard and client._shards["mtrag_code"] is not code_shard
+        assert client.adopted == set()  # taken over: the docs shard is this generation's to close
+        assert str(client.homes["mtrag_docs"]).startswith(first_copy) and Path(first_copy).is_dir()
+        docs = reader.query("Rounding happens to cents", k=5, kind="docs")
+        assert any(h["file_path"] == "notes.md" for h in docs["hits"])
+        assert any("tax.py" in h["file_path"] for h in second["hits"])
+
+        (mtrag_env["docs"] / "notes.md").write_text("# Notes\n\nRounding happens to cents, always.\n")
+        build()
+        third = reader.query("Rounding happens to cents, always", k=5, kind="docs")
+        assert third["generation"] == 3 and any(h["file_path"] == "notes.md" for h in third["hits"])
+        client = core._qdrant.client
+        assert client._shards["mtrag_docs"] is not docs_shard and str(client.homes["mtrag_docs"]).startswith(core._qdrant_copy)
+        deadline = time.monotonic() + 10  # the old generations close on a thread of their own
+        while len(core._open_qdrants) > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert core._open_qdrants == [core._qdrant]
+        # a closed generation's folder is kept exactly while a served shard lives in it
+        served = {str(home) for home in client.homes.values()}
+        for folder in {first_copy, *core._retired}:
+            assert Path(folder).exists() == any(home.startswith(folder + os.sep) for home in served), folder
+    finally:
+        reader.close()
+    assert not [p for p in readers.iterdir() if p.name.startswith(f"{os.getpid()}-") and p.is_dir()]
+
+
 def test_a_switch_keeps_the_live_graph_connection(mtrag_env):
     """A reader that switches to a new generation goes on with the graph connection it has (one
     server whatever the generation) instead of opening a new one per switch; the new generation's

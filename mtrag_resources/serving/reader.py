@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import os
 import shutil
 import threading
 import time
@@ -38,6 +39,7 @@ from mtrag_resources.publish.journal import batch_summary, last_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant
+from mtrag_resources.stores.qdrant_folder import unchanged_collections
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
@@ -73,14 +75,17 @@ MIN_TOP_COSINE = {"default": 0.30, "multilingual": 0.855}
 GRAPH_MOVED = {"source": "*", "store": "neo4j", "reason": "a graph write began during the query; graph results left out"}
 
 
-def _warm_vectors(qdrant, manifest: dict) -> None:
+def _warm_vectors(qdrant, manifest: dict, skip: set[str] = frozenset()) -> None:
     """One search in each of the new generation's collections before the swap, in the switch
     thread: the first query on a freshly opened Edge shard paid its page faults (the first query
-    after a switch took 135 ms against ~26 ms, bench/scale.py on Django). Best effort."""
+    after a switch took 135 ms against ~26 ms, bench/scale.py on Django). Best effort. `skip`:
+    collections whose shard served before (adopted): warm already."""
     if qdrant is None:
         return
     import numpy as np
-    for kind in (manifest.get("stores", {}).get("qdrant_collections") or {}):
+    for kind, name in (manifest.get("stores", {}).get("qdrant_collections") or {}).items():
+        if name in skip:
+            continue
         try:
             info = qdrant.collection_info(kind)
             if info and info["points"]:
@@ -134,6 +139,12 @@ class ReaderCore:
         self._neo4j_tried = 0.0
         self._graph_cold = True                    # no default graph read planned yet (_warm_graph)
         self._qdrant_copy: str | None = None
+        # Private Qdrant folders: the stores open on them (a store's shards may live in an older
+        # generation's folder, adopted), and the folders whose store closed, removed once no open
+        # store has a shard in them (_retire_folder)
+        self._folders_lock = threading.Lock()
+        self._open_qdrants: list = []
+        self._retired: set[str] = set()
         self._embedder = None
         self._multilingual = None
         # A query's side reads (the query embedding, the graph's markers) run here while its own
@@ -197,7 +208,11 @@ class ReaderCore:
                 # serving the new one (a new driver, handshake and markers read per switch was
                 # ~20-50 ms of it); only a reader without one connects.
                 graph = None if first_load else self._live_graph()
-                stores = self._open_stores(manifest, graph) if manifest else (None, None, None, None)
+                # Collections whose points this generation did not change go on being served by
+                # the loaded shards: loading one holds the GIL (~40-100 ms a collection at
+                # django's size), and every query waits that long
+                adopted = {} if first_load or not manifest else self._adoptable(manifest)
+                stores = self._open_stores(manifest, graph, adopted) if manifest else (None, None, None, None)
                 if not first_load and isinstance(stores[3], Future):
                     # A switch thread waits for the graph connection itself: a query after the
                     # swap must not wait for it (an unreachable Neo4j takes its connect timeout).
@@ -214,11 +229,14 @@ class ReaderCore:
                 return
             self.switch_error = None
             if not first_load:
-                _warm_vectors(stores[0], manifest)
+                _warm_vectors(stores[0], manifest, skip=set(adopted))
             with self._lock.exclusive():
                 old = self._take_stores()
                 if old[3] is not None and old[3] is stores[3]:
                     old = (*old[:3], None)  # the connection the new generation goes on with
+                if adopted:  # the adopted shards are the new generation's to close now
+                    old[0].client.hand_over(adopted)
+                    stores[0].client.take_over(adopted)
                 self._qdrant, self._qdrant_copy, self._fts, self._neo4j = stores
                 self.manifest, self._loaded_stamp = manifest, stamp
             # closing flushes and unmaps the old generation (~0.4 s at 20k points): not a query's wait
@@ -246,9 +264,23 @@ class ReaderCore:
         with self._pending_lock:
             return self._neo4j_store if self._neo4j_pending is None else None
 
-    def _open_stores(self, manifest: dict, graph=None) -> tuple:
+    def _adoptable(self, manifest: dict) -> dict:
+        """{collection: (shard, folder)} of the loaded generation's Edge shards whose collection
+        `manifest`'s published version holds unchanged (qdrant_folder.unchanged_collections: the
+        same segments at the same versions, so no point was written), for its store to adopt."""
+        client = getattr(self._qdrant, "client", None)
+        if self.manifest is None or not hasattr(client, "shared"):
+            return {}  # nothing loaded, a server, or qdrant-client's local mode: nothing to adopt
+        loaded = (self.manifest.get("stores") or {}).get("qdrant_snapshot")
+        wanted = (manifest.get("stores") or {}).get("qdrant_snapshot")
+        if not loaded or not wanted:
+            return {}
+        return client.shared(unchanged_collections(loaded, wanted, client.homes))
+
+    def _open_stores(self, manifest: dict, graph=None, adopted: dict | None = None) -> tuple:
         """(qdrant, its private folder, fts, neo4j) for `manifest`; nothing stays open on failure
-        (but `graph`, a connection the caller holds and passes on, is left open)."""
+        (but `graph`, a connection the caller holds and passes on, is left open, and so are the
+        `adopted` shards, the loaded generation's)."""
         snapshot = manifest.get("stores", {}).get("qdrant_snapshot")
         # The graph connection (the driver's import, a Bolt handshake, the markers' read) is made
         # on the side pool while this thread opens the vector segments and a first query embeds and
@@ -258,7 +290,10 @@ class ReaderCore:
         if not reused:
             graph = self._side_pool.submit(self._connect_neo4j)
         try:
-            qdrant, copy = open_published_qdrant(self.settings, snapshot)
+            qdrant, copy = open_published_qdrant(self.settings, snapshot, adopted)
+            if qdrant is not None:
+                with self._folders_lock:
+                    self._open_qdrants.append(qdrant)
             try:
                 fts = open_fts(self.settings)
             except BaseException:
@@ -334,8 +369,7 @@ class ReaderCore:
         self._qdrant = self._qdrant_copy = self._fts = None
         return stores
 
-    @staticmethod
-    def _close(stores: tuple) -> None:
+    def _close(self, stores: tuple) -> None:
         qdrant, copy, fts, neo4j = stores
         if isinstance(neo4j, Future):
             neo4j = neo4j.result()  # _connect_neo4j never raises: a store or None
@@ -345,9 +379,22 @@ class ReaderCore:
                     store.close()
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
-        if copy:
-            shutil.rmtree(copy, ignore_errors=True)
-            Path(f"{copy}.mtrag.lock").unlink(missing_ok=True)
+        with self._folders_lock:
+            self._open_qdrants = [q for q in self._open_qdrants if q is not qdrant]
+        self._retire_folder(copy)
+
+    def _retire_folder(self, copy: str | None) -> None:
+        """Remove `copy` (a closed generation's private Qdrant folder) and any retired before it,
+        each once no open store has a shard in it (a later generation may serve one it adopted)."""
+        with self._folders_lock:
+            if copy:
+                self._retired.add(str(copy))
+            homes = [str(h) for q in self._open_qdrants for h in getattr(q.client, "homes", {}).values()]
+            for folder in sorted(self._retired):
+                if not any(h == folder or h.startswith(folder + os.sep) for h in homes):
+                    shutil.rmtree(folder, ignore_errors=True)
+                    Path(f"{folder}.mtrag.lock").unlink(missing_ok=True)
+                    self._retired.discard(folder)
 
     def close(self) -> None:
         self._stopped.set()

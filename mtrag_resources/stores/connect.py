@@ -135,11 +135,12 @@ def open_neo4j(settings: Settings, **driver_config):
     return Neo4jStore(uri, user, password, **driver_config)
 
 
-def open_published_qdrant(settings: Settings, snapshot: str | None):
+def open_published_qdrant(settings: Settings, snapshot: str | None, adopted: dict | None = None):
     """The Qdrant a reader serves from: the server, or a private folder of the published embedded
     version (embedded mode allows one process per folder; Edge's files are hard links, so this
     costs the folder's file count). Returns (store or None, private folder to remove on close,
-    or None)."""
+    or None). `adopted`: Edge shards of the reader's loaded generation served again instead of
+    linked and loaded ({collection: (shard, folder)}, qdrant_edge_client.EdgeClient)."""
     from mtrag_resources.stores.qdrant_store import QdrantStore
     if settings.qdrant_url:
         return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key), None
@@ -156,11 +157,11 @@ def open_published_qdrant(settings: Settings, snapshot: str | None):
     threading.Thread(target=_remove_dead_readers, args=(parent,), name="mtrag-reader-cleanup", daemon=True).start()
     private = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
     try:
-        link_for_reader(snapshot, private)
+        link_for_reader(snapshot, private, skip=set(adopted or ()))
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
-    return QdrantStore(path=Path(private), lock_timeout=5), private
+    return QdrantStore(path=Path(private), lock_timeout=5, adopted=adopted), private
 
 
 def _remove_dead_readers(parent: Path) -> None:

@@ -136,18 +136,45 @@ models = SimpleNamespace(
 
 class EdgeClient:
     """One Edge shard per collection under `root`; all existing shards are opened at once, so a
-    folder held elsewhere fails here, as QdrantClient(path=...) does."""
+    folder held elsewhere fails here, as QdrantClient(path=...) does.
 
-    def __init__(self, root: Path) -> None:
+    `adopted`: {collection: (shard, its folder)} that another client of this process has open and
+    this one serves too instead of loading (a reader's next generation, where those collections
+    did not change: loading one holds the GIL, ~40-100 ms a collection at django's size). An
+    adopted shard is not this client's to close until `take_over`; the other client gives it up
+    with `hand_over`. `homes`: each collection's folder (where its shard's files are)."""
+
+    def __init__(self, root: Path, adopted: dict[str, tuple[Any, Path]] | None = None) -> None:
         self.root = Path(root)
-        self._shards: dict[str, Any] = {}
+        self._shards: dict[str, Any] = {name: shard for name, (shard, _home) in (adopted or {}).items()}
+        self.homes: dict[str, Path] = {name: Path(home) for name, (_shard, home) in (adopted or {}).items()}
+        self._owned: set[str] = set()
         try:
             for folder in sorted(self.root.iterdir()):
-                if folder.is_dir() and is_edge_shard(folder):
+                if folder.is_dir() and folder.name not in self._shards and is_edge_shard(folder):
                     self._shards[folder.name] = _edge().EdgeShard.load(str(folder))
+                    self.homes[folder.name] = folder
+                    self._owned.add(folder.name)
         except BaseException:
             self.close()
             raise
+
+    @property
+    def adopted(self) -> set[str]:
+        """The collections whose shard another client opened (and still closes)."""
+        return set(self._shards) - self._owned
+
+    def shared(self, names) -> dict[str, tuple[Any, Path]]:
+        """{collection: (shard, folder)} of `names` this client has open: for another's `adopted`."""
+        return {n: (self._shards[n], self.homes[n]) for n in names if n in self._shards}
+
+    def hand_over(self, names) -> None:
+        """The shards of `names` are another client's to close now (it adopted them)."""
+        self._owned -= set(names)
+
+    def take_over(self, names) -> None:
+        """The adopted shards of `names` are this client's to close now."""
+        self._owned |= set(names) & set(self._shards)
 
     def _shard(self, name: str):
         try:
@@ -167,6 +194,8 @@ class EdgeClient:
         distance = getattr(vectors_config.distance, "value", vectors_config.distance)
         self._shards[name] = q.EdgeShard.create(
             str(self.root / name), edge_config(int(vectors_config.size), distance))
+        self.homes[name] = self.root / name
+        self._owned.add(name)
 
     def create_payload_index(self, name: str, field: str, schema: Any) -> None:
         q = _edge()
@@ -175,13 +204,15 @@ class EdgeClient:
 
     def delete_collection(self, name: str) -> None:
         shard = self._shards.pop(name, None)
-        if shard is not None:
+        self.homes.pop(name, None)
+        if shard is not None and name in self._owned:
             shard.close()
+        self._owned.discard(name)
         shutil.rmtree(self.root / name, ignore_errors=True)
 
     def get_collection(self, name: str):
         # Edge has no config getter; the shard keeps its config in this file
-        config = json.loads((self.root / name / EDGE_CONFIG_FILE).read_text())
+        config = json.loads((self.homes.get(name, self.root / name) / EDGE_CONFIG_FILE).read_text())
         vectors = config["vectors"][""]
         return SimpleNamespace(
             points_count=self._shard(name).info().points_count,
@@ -236,6 +267,7 @@ class EdgeClient:
             self._shards[name].optimize()
 
     def close(self) -> None:
-        shards, self._shards = self._shards, {}
-        for shard in shards.values():
-            shard.close()
+        """Close the shards this client owns (not the adopted ones another client still holds)."""
+        shards, owned, self._shards, self._owned = self._shards, self._owned, {}, set()
+        for name in owned:
+            shards[name].close()

@@ -308,14 +308,15 @@ def _make_parent(target: Path, made: set[Path]) -> None:
         made.update((target.parent, *target.parent.parents))
 
 
-def _make_folders(src: Path, dst: Path, made: set[Path] = frozenset()) -> None:
+def _make_folders(src: Path, dst: Path, made: set[Path] = frozenset(),
+                  skip: set[str] | frozenset = frozenset()) -> None:
     """`src`'s folders under `dst`, empty ones too (an Edge shard's temp_segments is part of its
-    layout); `made`: those known to exist already."""
+    layout); `made`: those known to exist already; `skip`: top-level folders left out."""
     for dirpath, dirnames, _ in _walk(src):
         for d in dirnames:
-            folder = dst / Path(dirpath).relative_to(src) / d
-            if folder not in made:
-                folder.mkdir(parents=True, exist_ok=True)
+            rel = Path(dirpath).relative_to(src) / d
+            if rel.parts[0] not in skip and dst / rel not in made:
+                (dst / rel).mkdir(parents=True, exist_ok=True)
 
 
 def _walk_files(root: Path) -> Iterable[tuple[str, Path]]:
@@ -461,12 +462,13 @@ def _immutable_segments(root: Path) -> set[Path]:
     return out
 
 
-def link_for_reader(src: Path | str, dst: Path | str) -> None:
+def link_for_reader(src: Path | str, dst: Path | str, skip: set[str] | frozenset = frozenset()) -> None:
     """A reader's private folder of a published version. The files of an Edge shard's immutable
     (indexed) segments, nearly all of its bytes, are hard links, so a reader's open costs the
     file count plus the appendable segment (bounded by Edge's indexing threshold), not what the
     collection holds; what Edge rewrites when it opens (id trackers, configs) is copied. A
-    local-mode folder (one SQLite file per collection, written on open) is copied whole."""
+    local-mode folder (one SQLite file per collection, written on open) is copied whole.
+    `skip`: Edge collections (top-level folders) the reader does not load from this folder."""
     src, dst = Path(src), Path(dst)
     if folder_engine(src) != "edge":
         shutil.copytree(src, dst, dirs_exist_ok=True, ignore=_NOT_COPIED, copy_function=_copy_sparse)
@@ -477,7 +479,7 @@ def link_for_reader(src: Path | str, dst: Path | str) -> None:
         segment = next((seg for seg in shared if seg in full.parents), None)
         return segment is not None and _read_only_on_open(full.relative_to(segment).as_posix())
 
-    plan = [(rel, full, linkable(full)) for rel, full in _walk_files(src)]
+    plan = [(rel, full, linkable(full)) for rel, full in _walk_files(src) if rel.split("/", 1)[0] not in skip]
     # Edge may allocate the copied files in full when it maps them: room for their whole size,
     # or the reader would die of SIGBUS instead of failing its switch
     ensure_free_disk(dst, sum(full.stat().st_size for _, full, link in plan if not link),
@@ -490,7 +492,24 @@ def link_for_reader(src: Path | str, dst: Path | str) -> None:
             os.link(full, target)
         else:
             _copy_sparse(str(full), str(target))
-    _make_folders(src, dst, made)
+    _make_folders(src, dst, made, skip)
+
+
+def unchanged_collections(old: Path | str, new: Path | str, names) -> list[str]:
+    """The Edge collections among `names` that two published versions hold alike: the same
+    segments, each at the same version and config (its segment.json; Edge counts every update
+    operation in a segment's version, and a publish flushes first). Where either side cannot be
+    read, the collection counts as changed."""
+    return [name for name in names
+            if (sig := _segments_signature(Path(old) / name)) is not None and sig == _segments_signature(Path(new) / name)]
+
+
+def _segments_signature(collection: Path) -> dict | None:
+    try:
+        return {segment.name: json.loads((segment / "segment.json").read_text())
+                for segment in sorted((collection / "segments").iterdir()) if segment.is_dir()} or None
+    except (OSError, ValueError):
+        return None
 
 
 def published_version(dst: Path | str) -> Path | None:

@@ -125,7 +125,10 @@ def _unit(vector: Any) -> np.ndarray:
 class QdrantStore:
     def __init__(self, path: Path | str | None = None, url: str | None = None,
                  api_key: str | None = None, lock_timeout: float = 300,
-                 fast_local_writes: bool = True, engine: str | None = None) -> None:
+                 fast_local_writes: bool = True, engine: str | None = None,
+                 adopted: dict | None = None) -> None:
+        """`adopted`: open Edge shards this (read-only) store serves too instead of loading
+        (qdrant_edge_client.EdgeClient); an embedded Edge folder only."""
         if (path is None) == (url is None):
             raise ValueError("QdrantStore needs exactly one of path (embedded) or url (server)")
         self.path = Path(path).resolve() if path is not None else None
@@ -153,7 +156,7 @@ class QdrantStore:
                 claim_engine(self.path, self.engine)
                 if self.engine == "edge":
                     from mtrag_resources.stores.qdrant_edge_client import EdgeClient
-                    self.client = EdgeClient(self.path)
+                    self.client = EdgeClient(self.path, adopted)
                 else:
                     self.client = QdrantClient(path=str(self.path))
             except Exception as exc:
