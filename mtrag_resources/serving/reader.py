@@ -40,6 +40,7 @@ from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant
 from mtrag_resources.stores.qdrant_folder import unchanged_collections
+from mtrag_resources.stores.page_cache import read_through
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
@@ -229,6 +230,7 @@ class ReaderCore:
                 return
             self.switch_error = None
             if not first_load:
+                self._read_through(stores[1], skip=set(adopted))
                 _warm_vectors(stores[0], manifest, skip=set(adopted))
             with self._lock.exclusive():
                 old = self._take_stores()
@@ -239,10 +241,24 @@ class ReaderCore:
                     stores[0].client.take_over(adopted)
                 self._qdrant, self._qdrant_copy, self._fts, self._neo4j = stores
                 self.manifest, self._loaded_stamp = manifest, stamp
+            if first_load and self._watching.is_set():  # a query may be waiting: read on the side
+                self._side_pool.submit(self._read_through, stores[1])
             # closing flushes and unmaps the old generation (~0.4 s at 20k points): not a query's wait
             threading.Thread(target=self._close, args=(old,), daemon=True, name="mtrag-reader-close").start()
         finally:
             self._switching.release()
+
+    def _read_through(self, folder: str | None, skip: set[str] = frozenset()) -> None:
+        """A long-lived reader (`watch_current`) reads its private folder's newly loaded collections
+        through once, so its first queries on them do not fault page by page (stores/page_cache.py);
+        a one-shot reader does not."""
+        if folder is None or not self._watching.is_set():
+            return
+        try:
+            roots = [p for p in Path(folder).iterdir() if p.is_dir() and p.name not in skip]
+        except OSError:  # closed meanwhile (a side-pool pass after the reader moved on)
+            return
+        read_through(roots, stop=self._stopped.is_set)
 
     def _moved(self, stamp=None) -> bool:
         stamp = self._stamp() if stamp is None else stamp

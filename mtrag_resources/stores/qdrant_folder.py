@@ -28,6 +28,7 @@ from typing import Iterable
 from mtrag_resources.core.config import env
 from mtrag_resources.core.errors import BusyError, StoreError
 from mtrag_resources.core.faults import fault_point
+from mtrag_resources.stores.page_cache import data_extents
 
 
 class QdrantStoreError(StoreError):
@@ -191,12 +192,12 @@ _READ_ONLY_ON_OPEN = ("vector_storage/matrix.dat", "vector_index/*", "payload_st
 
 def _copy_sparse(src: str, dst: str) -> int:
     """shutil.copy2 that keeps holes: Edge preallocates sparse 32 MiB files (WAL, mmaps) and a
-    plain copy writes their zeros out (~3x the disk). Holes are skipped (_data_extents) and
+    plain copy writes their zeros out (~3x the disk). Holes are skipped (data_extents) and
     all-zero blocks inside data are left as holes too. Returns the bytes written."""
     written = 0
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         size = os.fstat(fin.fileno()).st_size
-        extents = _data_extents(fin.fileno(), size)
+        extents = data_extents(fin.fileno(), size)
         for pos, end in [(0, size)] if extents is None else extents:
             fin.seek(pos)
             while pos < end:
@@ -216,25 +217,6 @@ def _copy_sparse(src: str, dst: str) -> int:
 _COMPARE_BLOCK = 1 << 20
 
 
-def _data_extents(fd: int, size: int) -> list[tuple[int, int]] | None:
-    """[(start, end)] of the file's data (what is not a hole: SEEK_DATA / SEEK_HOLE), or None where
-    the file system or platform cannot tell (then everything counts as data)."""
-    extents, pos = [], 0
-    try:
-        while pos < size:
-            try:
-                start = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # nothing but a hole up to the end
-                    break
-                raise
-            pos = os.lseek(fd, start, os.SEEK_HOLE)
-            extents.append((start, pos))
-    except (OSError, AttributeError):
-        return None
-    return extents
-
-
 def same_bytes(a: Path | str, b: Path | str) -> bool:
     """Do two files hold the same bytes? Edge's files are sparse (32 MiB preallocated, a few MiB
     written): where both have the same holes only their data is read, in 1 MiB blocks (filecmp
@@ -243,8 +225,8 @@ def same_bytes(a: Path | str, b: Path | str) -> bool:
         size = os.fstat(fa.fileno()).st_size
         if size != os.fstat(fb.fileno()).st_size:
             return False
-        extents = _data_extents(fa.fileno(), size)
-        if extents is None or extents != _data_extents(fb.fileno(), size):
+        extents = data_extents(fa.fileno(), size)
+        if extents is None or extents != data_extents(fb.fileno(), size):
             extents = [(0, size)]
         for start, end in extents:
             fa.seek(start)
