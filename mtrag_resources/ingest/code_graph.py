@@ -79,10 +79,18 @@ def resolve_code_graph(source_id: str,
                 if len(targets) == 1:  # only a certain base may pin inherited methods
                     resolver.class_bases[fact["class_qn"]].append(targets[0])
                 add("INHERITS", fact["class_id"], targets, len(targets) == 1, fact)
+    # A call resolves from its expression and where it stands, nothing else, and the resolver's
+    # tables no longer change in this pass: a quarter of django's 28.7k calls repeat one (`len(x)`,
+    # `self.check()` in one class), and each resolves once.
+    resolved: dict[tuple, tuple[list[str], bool]] = {}
     for pf in parsed:
         for fact in pf.calls:
-            targets, verified = resolver.resolve(fact["callee_expr"], fact, in_class=True)
-            add("CALLS", fact["caller_id"], targets, verified, fact)
+            key = (fact["callee_expr"], fact["language"], fact["module_qn"], fact.get("class_qn", ""),
+                   fact.get("class_name", ""), posixpath.dirname(fact["file_path"]))
+            found = resolved.get(key)
+            if found is None:
+                found = resolved[key] = resolver.resolve(fact["callee_expr"], fact, in_class=True)
+            add("CALLS", fact["caller_id"], found[0], found[1], fact)
     for pf in parsed:  # after calls: a Go import points at the package files actually used
         for fact in pf.imports:
             for target in resolver.import_targets(fact):
