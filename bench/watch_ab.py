@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import REPO, git_commit, write_json  # noqa: E402
 
-FIGURES = ("watch_append_s", "watch_append_p95_s", "watch_delete_s", "watch_batch_s")
+FIGURES = ("watch_append_s", "watch_append_p95_s", "watch_delete_s", "watch_batch_s",
+           "watch_serve_hybrid_p50_ms", "watch_serve_hybrid_p95_ms", "watch_serve_hybrid_max_ms")
 
 
 def run_tree(tree: Path, args, removed: list[Path], out: Path) -> dict:
