@@ -143,7 +143,7 @@ def child_texts(home: Path, sources: list[str]) -> list[str]:
     cas = ContentStore(home / "02-cas")
     texts = []
     for sid in sources:
-        rows = read_rows(home / "02-cas" / "tables" / sid / "chunks.parquet")
+        rows = read_rows(home / "02-cas" / "tables" / sid / "chunks")
         texts += [cas.get_text(r["content_hash"]) for r in rows if r["role"] == "child"]
     return texts
 

@@ -166,7 +166,7 @@ def sdist_graph(requirement: str, include: list[str], work: Path, source_id: str
     from mtrag_resources.core.versions import CODE_VERSIONS
     want = {"requirement": requirement, "include": list(include), "source_id": source_id,
             "code_versions": {k: CODE_VERSIONS[k] for k in ("raw_source", "cas_chunks", "canonical_graph")}}
-    cached = stamp.exists() and json.loads(stamp.read_text()) == want and layout.relations.exists()
+    cached = stamp.exists() and json.loads(stamp.read_text()) == want and (layout.relations / "_table.json").exists()
     if rebuild or not cached:
         for stage in (build_raw_source, build_cas_chunks, build_canonical_graph):
             t = time.monotonic()

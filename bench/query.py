@@ -46,7 +46,7 @@ def query_set(home: Path, n: int, seed: int) -> tuple[list[str], list[str]]:
     cas = ContentStore(home / "02-cas")
     symbols, sentences = [], []
     for sid, entry in manifest["sources"].items():
-        for r in read_rows(home / "02-cas" / "tables" / sid / "chunks.parquet"):
+        for r in read_rows(home / "02-cas" / "tables" / sid / "chunks"):
             if r["role"] != "child":
                 continue
             if entry["kind"] == "code" and r["chunk_type"] in ("function", "method"):

@@ -24,7 +24,7 @@ import pytest
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.publish.manifest import load_current
-from mtrag_resources.core.layout import current_path
+from mtrag_resources.core.layout import SourceLayout, current_path
 from mtrag_resources.stores.neo4j_server import Neo4jServer
 from mtrag_resources.serving.reader import IndexReader
 from tests.build_helpers import build, finish, wait_stopped
@@ -183,7 +183,7 @@ def cli_status() -> dict:
 
 # ---------------------------------------------------------------------------------- tests
 
-CRASH_POINTS = ["fts:after_begin", "qdrant:after_begin", "neo4j:after_begin", "qdrant:publish_before_rename",
+CRASH_POINTS = ["table:before_manifest", "fts:after_begin", "qdrant:after_begin", "neo4j:after_begin", "qdrant:publish_before_rename",
                 "manifest:before_current"]
 
 
@@ -203,7 +203,14 @@ def test_kill_9_inside_each_store_write_and_publish_then_converge(world):
         assert world.current() == before, f"{point}: CURRENT moved"
         assert_serves_published(world, n, tokens)
         stale = stale_pairs(world.reader.status())
-        if point == "fts:after_begin":
+        if point == "table:before_manifest":
+            # Killed between the chunk table's new part and its manifest: no store began, the
+            # table still reads as its last version, and the new part waits for the next write.
+            assert not any(s == "shop" for s, _ in stale), stale
+            chunks = SourceLayout(world.settings, "shop").chunks
+            named = set(json.loads((chunks / "_table.json").read_text())["parts"].values())
+            assert {p.name for p in chunks.glob("part-*.parquet")} - named
+        elif point == "fts:after_begin":
             assert "write in progress (begin" in stale[("shop", "fts")]
         elif point == "qdrant:after_begin":
             # Embedded Qdrant serves the copy the manifest names, which this crash cannot touch:

@@ -7,7 +7,8 @@ SIGCONT, so a test can change the world (stop a server, fill a disk) at exactly 
 Points: `qdrant:after_begin`, `fts:after_begin`, `neo4j:after_begin` (a store's `begin` marker is
 written, nothing else of the source yet), `neo4j:after_batch` (a Neo4j write's first transaction
 of nodes or relationships committed, the rest and the `committed` marker not yet),
-`manifest:before_current` (manifest-N.json written, CURRENT not yet moved)."""
+`manifest:before_current` (manifest-N.json written, CURRENT not yet moved),
+`table:before_manifest` (a bucketed table's new parts written, its manifest not yet replaced)."""
 from __future__ import annotations
 
 import os

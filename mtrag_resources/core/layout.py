@@ -128,7 +128,8 @@ class SourceLayout:
 
     @property
     def chunks(self) -> Path:
-        return self.tables / "chunks.parquet"
+        """A bucketed table (stores/bucketed.py): a one-file change writes that file's bucket."""
+        return self.tables / "chunks"
 
     @property
     def facts(self) -> Path:
@@ -146,11 +147,12 @@ class SourceLayout:
 
     @property
     def nodes(self) -> Path:
-        return self.graph / "nodes.parquet"
+        """Bucketed by file (stores/bucketed.py), as `relations` (by evidence file) and `chunks`."""
+        return self.graph / "nodes"
 
     @property
     def relations(self) -> Path:
-        return self.graph / "relations.parquet"
+        return self.graph / "relations"
 
     @property
     def references(self) -> Path:

@@ -10,7 +10,7 @@ CODE_VERSIONS = {
                         # the inventory `ref`, `repository`, `origin`; a git snapshot's digest has its commit;
                         # 3: a docs source takes PDFs (binary; bytes into the CAS), a scanned, encrypted or
                         # unreadable one skipped with its reason (ingest/pdf.py); metadata `skipped_documents`
-    "cas_chunks": "8",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
+    "cas_chunks": "9",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
                         # embedding text), `declaration`; overload stubs fold into their implementation;
                         # 4: every byte in some child: long module-level code, class bodies and lines
                         # windowed, complete class outlines, heading-only sections get a passage;
@@ -21,10 +21,12 @@ CODE_VERSIONS = {
                         # passages within one page) and rows carry `page`; HTML drops <nav>, <footer> and
                         # navigation/contentinfo/banner/search roles, a heading-less page is named by <title>;
                         # 8: issue-tracker exports (`kind: issues`, ingest/issues.py): issue / issue_body /
-                        # issue_comment chunks; every row carries `issue_key` and `state`
-    "canonical_graph": "3",  # 2: Endpoint nodes (`GET /login`) and ROUTES_TO edges to their handlers;
+                        # issue_comment chunks; every row carries `issue_key` and `state`;
+                        # 9: the chunk table is bucketed by file (stores/bucketed.py), `chunks/`
+    "canonical_graph": "4",  # 2: Endpoint nodes (`GET /login`) and ROUTES_TO edges to their handlers;
                              # 3: Issue nodes (GraphNode.properties), Issue CONTAINS its chunks, REFERENCES
-                             # between issues; issues' references to code and files (`ref_kind` file)
+                             # between issues; issues' references to code and files (`ref_kind` file);
+                             # 4: nodes and relations bucketed by file (stores/bucketed.py)
     "embedding_cache": "2",  # 2: code children embed their embedding text (`embed_hash`)
     "qdrant_collection": "7",  # 2: the payload names the kind source_kind (was source_type); 3: vectors
                                # by embed_hash, payload `declaration`; 4: payload `point_digest`, payload

@@ -10,11 +10,18 @@ from mtrag_resources.ingest.code_graph import resolve_code_graph
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, identity, record_row_changes
-from mtrag_resources.stores.tables import value_counts, write_rows, write_rows_changed
+from mtrag_resources.stores.bucketed import Bucketing
+from mtrag_resources.stores.tables import commit_file, value_counts, write_rows, write_rows_changed
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import StageResult, digest_file, timed
 from mtrag_resources.core.layout import SourceLayout
 
+
+# Nodes by their file, relations by their evidence's: a change writes the buckets of the files
+# whose nodes or edges changed (a resolution change can reach other files' edges).
+NODE_BUCKETS = Bucketing(key="file_path", order=("node_id",))
+RELATION_BUCKETS = Bucketing(key="evidence_file", order=("rel_id",))
+_LEGACY_TABLES = ("nodes.parquet", "relations.parquet")  # single files of versions before the buckets
 
 CHUNK_NODE_PREFIX = "chunk:"  # a chunk's node in the graph (stores/neo4j_store.chunk_node_id)
 
@@ -79,18 +86,22 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         nodes.sort(key=attrgetter("node_id"))
         relations.sort(key=attrgetter("rel_id"))
         logged = {}
-        for path, rows, row_type, pk in ((layout.nodes, nodes, GraphNode, "node_id"),
-                                         (layout.relations, relations, GraphRelation, "rel_id")):
+        for path, rows, row_type, pk, bucketing in (
+                (layout.nodes, nodes, GraphNode, "node_id", NODE_BUCKETS),
+                (layout.relations, relations, GraphRelation, "rel_id", RELATION_BUCKETS)):
             # Only what changed since the rows this process wrote last (`mtrag watch`) is converted
-            # and logged; a fresh process writes the whole table (decoding the old one first would
-            # cost more than it saves) and the store stages compare tables.
+            # and logged; a fresh process converts every row (decoding the old ones first would
+            # cost more than it saves), writes the buckets whose content changed, and the store
+            # stages compare those buckets.
             base = identity(path)
-            changes = write_rows_changed(path, rows, row_type, pk)
+            changes = write_rows_changed(path, rows, row_type, pk, bucketing)
             logged[path.stem] = describe_changes(record_row_changes(path, base, pk, changes))
+        for legacy in _LEGACY_TABLES:
+            (layout.graph / legacy).unlink(missing_ok=True)
         write_rows(layout.references, references, DocReference)
         imports = import_rows(parsed)
         write_rows(layout.imports, imports)
-    digest = "".join(digest_file(p)[:16] for p in (layout.nodes, layout.relations, layout.references, layout.imports))
+    digest = "".join(digest_file(commit_file(p))[:16] for p in (layout.nodes, layout.relations, layout.references, layout.imports))
     meta.update({
         "nodes": len(nodes),
         "relations": len(relations),

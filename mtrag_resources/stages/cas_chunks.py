@@ -17,7 +17,6 @@ from collections import Counter, OrderedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from mtrag_resources.core.atomic import write_bytes_atomic
 from mtrag_resources.stores.cas import ContentStore
@@ -29,7 +28,9 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_changes, rows_outside
-from mtrag_resources.stores.tables import _schema_for, cached_rows, column_counts, truthy_count, write_table
+from mtrag_resources.stores.bucketed import Bucketing
+from mtrag_resources.stores.tables import (_schema_for, cached_rows, column_counts, read_table, table_exists,
+                                           truthy_count, write_table)
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, update_state
@@ -55,6 +56,12 @@ def parse_file(source_id: str, path: str, category: str, language: str, text: st
 
 
 _GRAPH_FACTS = ("nodes", "relations", "references", "imports", "calls", "bases", "routes")
+
+
+# The chunk table's buckets: by file, so a one-file change writes one part (a file's rows keep
+# their chunker's order in it); the table's order is by file path.
+CHUNK_BUCKETS = Bucketing(key="file_path", order=("file_path",))
+_LEGACY_TABLE = "chunks.parquet"  # the single file of versions before the buckets
 
 
 def _facts_key(path: str, entry_sha: str, category: str) -> str:
@@ -160,9 +167,9 @@ def _previous_rows(layout: SourceLayout, kept: set[str]) -> tuple[pa.Table | Non
     """(the previous chunk table's rows of the files that did not change (no re-parse, no CAS
     writes, no dataclass round trip for them), the previous table whole); (None, None) when there
     is none."""
-    if not layout.chunks.exists():
+    if not table_exists(layout.chunks):
         return None, None
-    table = pq.read_table(layout.chunks)
+    table = read_table(layout.chunks)
     if not kept:
         return None, table
     return table.filter(pc.is_in(table["file_path"], value_set=pa.array(sorted(kept)))), table
@@ -215,7 +222,9 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     if inventory is None:
         raise RuntimeError(f"source {spec.id!r}: no raw_source snapshot; materialize raw_source first")
     cas = ContentStore(settings.cas_dir)
-    previous = _load_index(layout)
+    # No chunk table (a first build, or one left by a version before the buckets): every file is
+    # parsed, as a kept file's rows come from that table.
+    previous = _load_index(layout) if table_exists(layout.chunks) else {}
     meta: dict = {}
     index: dict = {}
     new_rows: list[dict] = []
@@ -251,7 +260,9 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         rows = _records(table, cached_rows(layout.chunks), previous, kept)
         _check_unique_ids(spec.id, rows)
         base = identity(layout.chunks)
-        write_table(layout.chunks, table, records=rows)  # the stages after this one read them shared
+        # the stages after this one read `rows` shared; only the buckets of changed files are written
+        written = write_table(layout.chunks, table, records=rows, bucketing=CHUNK_BUCKETS)
+        (layout.tables / _LEGACY_TABLE).unlink(missing_ok=True)
         logged = _log_changes(layout, base, previous, table, rows, kept)
         write_bytes_atomic(layout.facts, json.dumps(
             {"code_version": CODE_VERSIONS["cas_chunks"], "files": index}).encode())
@@ -282,6 +293,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "warning_count": len(warnings),
         "generation": generation,
         "change_log": describe_changes(logged),
+        "table_parts_written": f"{written['written']} of {written['parts']} ({written['bytes_written']} bytes)",
     })
     return StageResult(data_version=generation, metadata=meta, value=rows)
 

@@ -9,7 +9,6 @@ import os
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
@@ -19,7 +18,7 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stores.fts_query import (derive_aliases, endpoint_aliases, file_anchors, issue_aliases,
                                               source_alias)
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
-from mtrag_resources.stores.tables import read_shared
+from mtrag_resources.stores.tables import read_shared, read_table, table_exists
 from mtrag_resources.stages.common import StageResult, digest_json, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
@@ -83,7 +82,7 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, i
         return None
     delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id", "file_path"))
     files = set(delta.changed.column("file_path").to_pylist()) | {k[1] for k in delta.removed}
-    old = pq.read_table(last.tables["chunks"], columns=["chunk_id", "file_path"])
+    old = read_table(last.tables["chunks"], columns=["chunk_id", "file_path"])
     old = old.filter(pc.is_in(old["file_path"], value_set=pa.array(sorted(files), type=pa.string())))
     changed = [dict(r) for r in rows if r["file_path"] in files]
     for r in changed:
@@ -103,13 +102,13 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, i
 def _endpoint_aliases(layout: SourceLayout) -> list[tuple[str, str, str]]:
     """The endpoint aliases of the source's canonical graph (none before it is built): its
     ROUTES_TO edges and their ends only, read column-wise."""
-    if not layout.relations.exists() or not layout.nodes.exists():
+    if not table_exists(layout.relations) or not table_exists(layout.nodes):
         return []
-    rels = pq.read_table(layout.relations, columns=["rel_type", "src_id", "dst_id"],
+    rels = read_table(layout.relations, columns=["rel_type", "src_id", "dst_id"],
                          filters=[("rel_type", "=", "ROUTES_TO")]).to_pylist()
     if not rels:
         return []
-    nodes = pq.read_table(layout.nodes, columns=["node_id", "name", "chunk_id"])
+    nodes = read_table(layout.nodes, columns=["node_id", "name", "chunk_id"])
     ends = sorted({r["src_id"] for r in rels} | {r["dst_id"] for r in rels})
     nodes = nodes.filter(pc.is_in(nodes["node_id"], value_set=pa.array(ends, type=pa.string()))).to_pylist()
     return endpoint_aliases(nodes, rels)

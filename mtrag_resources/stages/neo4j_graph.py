@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import GraphNode, GraphRelation
@@ -20,7 +19,7 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.neo4j_store import chunk_node_id
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
-from mtrag_resources.stores.tables import as_rows, read_rows
+from mtrag_resources.stores.tables import as_rows, read_rows, read_table
 from mtrag_resources.stages.common import StageResult, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
@@ -77,7 +76,7 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str,
     changed_ids = sorted(set(rel_delta.changed.column("rel_id").to_pylist()))
     relations = []
     if changed_ids:  # every edge of a changed rel_id: it is replaced as a whole
-        rel_rows = pq.read_table(layout.relations, filters=[("rel_id", "in", changed_ids)]).to_pylist()
+        rel_rows = read_table(layout.relations, filters=[("rel_id", "in", changed_ids)]).to_pylist()
         relations = as_rows(rel_rows, GraphRelation)
     nodes = as_rows(node_delta.changed.to_pylist(), GraphNode)
     chunks = chunk_delta.changed.to_pylist()
@@ -93,9 +92,9 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str,
 def _totals(layout: SourceLayout) -> dict:
     """Entity nodes by label and relationships by type (HAS_CHUNK: the entities with a chunk) of
     the whole new projection, read column-wise."""
-    nodes = pq.read_table(layout.nodes, columns=["label", "chunk_id"])
+    nodes = read_table(layout.nodes, columns=["label", "chunk_id"])
     by_label = Counter(dict(zip(*_value_counts(nodes.column("label")))))
-    rels = pq.read_table(layout.relations, columns=["rel_type"])
+    rels = read_table(layout.relations, columns=["rel_type"])
     by_type = Counter(dict(zip(*_value_counts(rels.column("rel_type")))))
     has_chunk = pc.sum(pc.not_equal(pc.fill_null(nodes.column("chunk_id"), ""), "")).as_py() or 0
     if has_chunk:

@@ -13,7 +13,7 @@ from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.canonical_graph import assemble_graph
 from mtrag_resources.stages.cas_chunks import load_facts, load_parsed_files
-from mtrag_resources.stores.tables import hold_arrow, read_shared
+from mtrag_resources.stores.tables import hold_arrow, read_shared, table_exists
 
 
 def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[SourceSpec] | None = None) -> int:
@@ -31,7 +31,7 @@ def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[Sour
             loaded += len(read_shared(path, row_type))
         for path in (layout.nodes, layout.relations):
             hold_arrow(path)
-        if sid in by_id and layout.nodes.exists():
+        if sid in by_id and table_exists(layout.nodes):
             # The first batch would resolve every call, base and import with no edge to reuse, and
             # hash every edge's id (django: ~0.3 s more than the batches after it).
             assemble_graph(by_id[sid], parsed)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mtrag_resources.stores.tables import RowChanges, as_records, write_table
+from mtrag_resources.stores.tables import RowChanges, as_records, commit_file, read_schema, write_table
 
 CHANGE_COLUMN = "_change"
 _META_KEY = b"mtrag.changes"
@@ -36,10 +36,11 @@ def changes_path(table: Path) -> Path:
 
 
 def identity(path: Path) -> list | None:
-    """The file's (inode, size, mtime in ns): a hard link of it has the same; a rewrite (every table
-    write replaces the file) does not, and the old inode is not reused while a link keeps it."""
+    """The table's (inode, size, mtime in ns) of its file (a bucketed table: its manifest's): a hard
+    link of it has the same; a rewrite (every table write replaces the file) does not, and the old
+    inode is not reused while a link keeps it."""
     try:
-        st = os.stat(path)
+        st = os.stat(commit_file(path))
     except FileNotFoundError:
         return None
     return [st.st_ino, st.st_size, st.st_mtime_ns]
@@ -84,7 +85,7 @@ def record_row_changes(table: Path, base: list | None, pk: str, changes: RowChan
         forget_changes(table)
         return {}
     return record_changes(table, base, pk, as_records(changes.replaced), as_records(changes.fresh),
-                          pq.read_schema(table))
+                          read_schema(table))
 
 
 def describe_changes(counts: dict) -> str:

@@ -22,7 +22,9 @@ import pyarrow.parquet as pq
 
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.contract import COMMITTED
+from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.table_changes import logged_delta
+from mtrag_resources.stores.tables import read_schema, table_exists
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 STATE_FILE = "state.json"
@@ -48,8 +50,10 @@ class ProjectedTables:
             state = json.loads((self.folder / STATE_FILE).read_text())
         except (FileNotFoundError, ValueError):
             return None
-        tables = {name: self.folder / f"{name}.parquet" for name in state.get("tables", [])}
-        if not all(p.exists() for p in tables.values()):
+        # a bucketed table's snapshot is a folder of links (stores/bucketed.py), a file's a link
+        tables = {name: self.folder / name if bucketed.exists(self.folder / name) else self.folder / f"{name}.parquet"
+                  for name in state.get("tables", [])}
+        if not all(table_exists(p) for p in tables.values()):
             return None
         return Projected(generation=state["generation"], extra=state.get("extra", {}), tables=tables)
 
@@ -59,6 +63,12 @@ class ProjectedTables:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / STATE_FILE).unlink(missing_ok=True)
         for name, src in tables.items():
+            if bucketed.is_bucketed(src):
+                (self.folder / f"{name}.parquet").unlink(missing_ok=True)
+                bucketed.link_version(src, self.folder / name)
+                continue
+            if (self.folder / name).is_dir():
+                shutil.rmtree(self.folder / name)
             dst = self.folder / f"{name}.parquet"
             tmp = self.folder / f".{name}.tmp"
             tmp.unlink(missing_ok=True)
@@ -100,14 +110,14 @@ class TableDelta:
 
 
 def same_columns(new: Path, old: Path) -> bool:
-    return pq.read_schema(new).names == pq.read_schema(old).names
+    return read_schema(new).names == read_schema(old).names
 
 
 def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, ...] | None = None) -> TableDelta:
     """Rows of `new` not in `old` (every column compared, or `columns`), and the keys of `old`
     not in `new`. Both files must have the same columns (`same_columns`). Read from `new`'s change
     log where it is the difference between these two files; the two tables compared otherwise."""
-    names = columns or tuple(pq.read_schema(new).names)
+    names = columns or tuple(read_schema(new).names)
     _check_names(*names, *key)
     logged = logged_delta(new, old, key, names)
     if logged is not None:
@@ -118,11 +128,19 @@ def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, 
 def compare_tables(new: Path, old: Path, key: tuple[str, ...], names: tuple[str, ...]) -> TableDelta:
     """diff_tables by comparing the two whole tables, whatever change log there is."""
     _check_names(*names, *key)
-    schema = pq.read_schema(new)
+    schema = read_schema(new)
     cols = ", ".join(f'"{c}"' for c in names)
     keys = ", ".join(f'"{c}"' for c in key)
     con = _connection()
-    params = {"new": str(new), "old": str(old)}
+    new_files, old_files = _files_to_compare(new, old)
+    nothing = pa.schema([schema.field(c) for c in names]).empty_table()
+    if not new_files or not old_files:  # the same parts, or buckets only one version has rows in
+        changed = con.sql(f"SELECT {cols} FROM read_parquet($new)", params={"new": new_files}).to_arrow_table() \
+            if new_files else nothing
+        removed = con.execute(f"SELECT DISTINCT {keys} FROM read_parquet($old)", {"old": old_files}).fetchall() \
+            if old_files else []
+        return TableDelta(changed=changed, removed=[tuple(r) for r in removed])
+    params = {"new": new_files, "old": old_files}
     # Rows compare by a hash of all their columns, paired with a hash of their key (a third of the
     # time of EXCEPT ALL over the values at 30k rows): a changed row is missed only when its new
     # values hash as the old row of the same key did (one in 2^64). Only the changed rows are read
@@ -133,7 +151,7 @@ def compare_tables(new: Path, old: Path, key: tuple[str, ...], names: tuple[str,
         con.register("_changed_pairs", pairs)
         try:
             changed = con.sql(f"SELECT {cols} FROM read_parquet($new) SEMI JOIN _changed_pairs p "
-                              f"ON hash({keys}) = p._k AND hash({cols}) = p._h", params={"new": str(new)}).to_arrow_table()
+                              f"ON hash({keys}) = p._k AND hash({cols}) = p._h", params={"new": new_files}).to_arrow_table()
         finally:
             con.unregister("_changed_pairs")
     else:
@@ -141,6 +159,16 @@ def compare_tables(new: Path, old: Path, key: tuple[str, ...], names: tuple[str,
     removed = con.execute(f"SELECT {keys} FROM read_parquet($old) EXCEPT SELECT {keys} FROM read_parquet($new)",
                           params).fetchall()
     return TableDelta(changed=changed, removed=[tuple(r) for r in removed])
+
+
+def _files_to_compare(new: Path, old: Path) -> tuple[list[str], list[str]]:
+    """The Parquet files holding the rows that may differ: of two versions of one bucketed table,
+    the parts whose names (content digests) differ, as a row's key stays in its bucket; else every
+    file of both."""
+    pair = bucketed.changed_parts(new, old)
+    if pair is None:
+        pair = tuple(bucketed.part_files(p) if bucketed.is_bucketed(p) else [Path(p)] for p in (new, old))
+    return [str(f) for f in pair[0]], [str(f) for f in pair[1]]
 
 
 def _check_names(*names: str) -> None:

@@ -18,11 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mtrag_resources.stores import bucketed
+from mtrag_resources.stores.bucketed import Bucketing
+
 T = TypeVar("T")
 
 
-def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
-    """Lists of strings stay lists; a dict value goes as JSON, so the schema stays flat."""
+def write_rows(path: Path, rows: Iterable, row_type: type | None = None, bucketing: Bucketing | None = None) -> int:
+    """Lists of strings stay lists; a dict value goes as JSON, so the schema stays flat.
+    `bucketing`: how a bucketed table (stores/bucketed.py) places its rows."""
     rows = list(rows)
     columns, flat = _dataclass_columns(rows)
     if columns is not None:  # column-wise: a third of from_pylist's time on 30k graph rows
@@ -30,7 +34,7 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
         if flat and row_type is not None and type(rows[0]) is row_type:
             # The writer's instances are the file's decoded entry of row_type; records, which few
             # readers of a graph table want, are decoded from the file when one asks.
-            write_table(path, table)
+            write_table(path, table, bucketing=bucketing)
             _remember(Path(path), rows, row_type)
             return len(rows)
         names = list(columns)
@@ -45,7 +49,7 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None) -> int:
             table = pa.Table.from_pylist([], schema=_schema_for(row_type))
         else:
             table = pa.table({})
-    write_table(path, table)
+    write_table(path, table, bucketing=bucketing)
     if records and table.num_rows == len(records):
         _remember(Path(path), records)  # the next reader of this file in this process decodes nothing
     return len(records)
@@ -85,10 +89,24 @@ def _dataclass_columns(rows: list) -> tuple[dict[str, list] | None, bool]:
     return columns, flat
 
 
-def write_table(path: Path, table: pa.Table, records: list[dict] | None = None) -> None:
+def write_table(path: Path, table: pa.Table, records: list[dict] | None = None,
+                bucketing: Bucketing | None = None) -> dict | None:
     """`records`: the table's rows as to_pylist gives them, when the caller has them anyway; they
-    become the file's decoded entry (read_shared) and so are the caller's no more to change."""
+    become the file's decoded entry (read_shared) and so are the caller's no more to change.
+    A bucketed table's folder (a path without `.parquet`) gets only its changed parts written
+    (`bucketing`, else the one its manifest records); returns bucketed.write's counts then."""
     path = Path(path)
+    if bucketed.is_bucketed(path):
+        if bucketing is None:
+            recorded = bucketed.load_manifest(path)
+            if recorded is None:
+                raise ValueError(f"{path}: a new bucketed table needs its bucketing")
+            bucketing = Bucketing(recorded["key"], tuple(recorded["order"]), recorded["buckets"])
+        counts = bucketed.write(path, table, bucketing)
+        _forget(path)
+        if records is not None and len(records) == table.num_rows:
+            _remember(path, records)
+        return counts
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
     os.close(fd)
@@ -101,6 +119,32 @@ def write_table(path: Path, table: pa.Table, records: list[dict] | None = None) 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return None
+
+
+def read_table(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
+    """The table at `path`, a Parquet file or a bucketed table's folder, in its order."""
+    path = Path(path)
+    if bucketed.is_bucketed(path):
+        return bucketed.read(path, columns=columns, filters=filters)
+    return pq.read_table(path, columns=columns, filters=filters)
+
+
+def read_schema(path: Path) -> pa.Schema:
+    path = Path(path)
+    return bucketed.read_schema(path) if bucketed.is_bucketed(path) else pq.read_schema(path)
+
+
+def table_exists(path: Path) -> bool:
+    path = Path(path)
+    return bucketed.exists(path) if bucketed.is_bucketed(path) else path.is_file()
+
+
+def commit_file(path: Path) -> Path:
+    """The file whose replacement commits a new version of the table: the Parquet file itself, or a
+    bucketed table's manifest."""
+    path = Path(path)
+    return bucketed.manifest_path(path) if bucketed.is_bucketed(path) else path
 
 
 # Decoded tables by file identity (path, inode, mtime, size) and form (None: records; a dataclass:
@@ -116,7 +160,7 @@ DECODED_MAX_ROWS = 500_000  # django: ~145k records and ~115k instances per buil
 
 def _identity(path: Path) -> tuple | None:
     try:
-        st = path.stat()
+        st = commit_file(path).stat()
     except FileNotFoundError:
         return None
     return (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
@@ -133,7 +177,7 @@ def _decoded(path: Path, form: type | None = None) -> list | None:
             _DECODED.move_to_end(key)
             return found
     if form is None:
-        found = pq.read_table(path).to_pylist()
+        found = read_table(path).to_pylist()
     else:
         records = _decoded(path)
         if records is None:  # removed since the stat above
@@ -178,6 +222,9 @@ def read_rows(path: Path, row_type: type[T] | None = None) -> list:
 
 def row_count(path: Path) -> int:
     """The table's number of rows, from its footer (0 where there is no table): nothing decoded."""
+    path = Path(path)
+    if bucketed.is_bucketed(path):
+        return bucketed.num_rows(path)
     try:
         return pq.read_metadata(path).num_rows
     except FileNotFoundError:
@@ -191,7 +238,7 @@ def value_counts(path: Path, column: str) -> dict:
     graph metadata: ~40 ms a watch batch over 45k rows)."""
     path = Path(path)
     held = _ARROW.get(str(path.resolve()))
-    table = held[1] if held is not None and held[0] == _identity(path) else pq.read_table(path, columns=[column])
+    table = held[1] if held is not None and held[0] == _identity(path) else read_table(path, columns=[column])
     return column_counts(table, column)
 
 
@@ -282,7 +329,8 @@ class RowChanges:
 _ARROW: dict[str, tuple[tuple, pa.Table]] = {}
 
 
-def write_rows_changed(path: Path, rows: list, row_type: type, pk: str) -> RowChanges | None:
+def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
+                       bucketing: Bucketing | None = None) -> RowChanges | None:
     """write_rows for a table of `row_type` instances sorted by their unique `pk`, that this process
     wrote last (its instances are held, cached_rows): only the rows that differ from those become
     Arrow columns, merged into the previous table (the others are the previous file's rows as they
@@ -296,10 +344,10 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str) -> RowCh
     changes = _row_changes(old, rows, pk) if old is not None else None
     merged = _merged(path, _ARROW.get(name), changes, rows, pk) if changes is not None else None
     if merged is None:
-        write_rows(path, rows, row_type)
+        write_rows(path, rows, row_type, bucketing)
         _ARROW.pop(name, None)
         return None
-    write_table(path, merged)
+    write_table(path, merged, bucketing=bucketing)
     _remember(path, rows, row_type)
     _ARROW[name] = (_identity(path), merged)
     return changes
@@ -367,6 +415,6 @@ def _all_null(column: pa.ChunkedArray) -> bool:
 def _read_as_built(path: Path) -> pa.Table:
     """The file's table with the schema pa.table gives the same values: a list column read back from
     Parquet names its item `element`, where a table built from Python lists names it `item`."""
-    table = pq.read_table(path).replace_schema_metadata(None)
+    table = read_table(path).replace_schema_metadata(None)
     return table.cast(pa.schema([pa.field(f.name, pa.list_(f.type.value_type)) if pa.types.is_list(f.type) else f
                                  for f in table.schema]))

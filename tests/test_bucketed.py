@@ -1,0 +1,115 @@
+"""Bucketed tables (stores/bucketed.py): a one-file change writes that file's part only, a reader
+gets the single-file table's rows in its order, two versions compare by their differing parts, a
+crashed write leaves the last version readable."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from mtrag_resources.stores import bucketed
+from mtrag_resources.stores.bucketed import Bucketing
+from mtrag_resources.stores.table_changes import identity
+from mtrag_resources.stores.table_delta import ProjectedTables, compare_tables, diff_tables
+from mtrag_resources.stores.tables import read_rows, read_table, row_count, write_table
+
+pytestmark = pytest.mark.unit
+
+BY_FILE = Bucketing(key="file_path", order=("file_path",), buckets=8)
+
+
+def _chunks(files: dict[str, int], suffix: str = "") -> pa.Table:
+    """Rows in the chunk table's order: by file, each file's rows in their own order (descending
+    ids, so that a sort by id would show)."""
+    rows = [{"chunk_id": f"{path}#{i}", "file_path": path, "text": f"{path} part {i}{suffix}"}
+            for path in sorted(files) for i in reversed(range(files[path]))]
+    return pa.Table.from_pylist(rows)
+
+
+FILES = {f"pkg/mod{i:02d}.py": 3 + i % 4 for i in range(40)}
+
+
+def test_read_gives_the_written_table_in_its_order(tmp_path):
+    table = _chunks(FILES)
+    counts = write_table(tmp_path / "chunks", table, bucketing=BY_FILE)
+    assert counts["parts"] == 8 and counts["written"] == 8
+    assert read_table(tmp_path / "chunks").to_pylist() == table.to_pylist()
+    assert row_count(tmp_path / "chunks") == table.num_rows
+    assert read_table(tmp_path / "chunks", columns=["chunk_id"]).column_names == ["chunk_id"]
+
+
+def test_a_one_file_change_writes_one_part(tmp_path):
+    path = tmp_path / "chunks"
+    write_table(path, _chunks(FILES), bucketing=BY_FILE)
+    before = {p.name: p.stat().st_ino for p in bucketed.part_files(path)}
+    changed = dict(FILES, **{"pkg/mod07.py": 9})
+    counts = write_table(path, _chunks(changed), bucketing=BY_FILE)
+    assert counts["written"] == 1 and counts["parts"] == 8
+    after = {p.name: p.stat().st_ino for p in bucketed.part_files(path)}
+    kept = set(before) & set(after)
+    assert len(kept) == 7 and all(before[n] == after[n] for n in kept)  # the same files, untouched
+    assert sorted(p.name for p in path.glob("part-*.parquet")) == sorted(after)  # the old part is gone
+    assert read_rows(path) == _chunks(changed).to_pylist()
+    # the same content again writes nothing
+    assert write_table(path, _chunks(changed), bucketing=BY_FILE)["written"] == 0
+
+
+def test_an_empty_table_keeps_its_schema(tmp_path):
+    schema = _chunks({"a.py": 1}).schema
+    write_table(tmp_path / "t", schema.empty_table(), bucketing=BY_FILE)
+    assert read_table(tmp_path / "t").schema.names == schema.names and row_count(tmp_path / "t") == 0
+
+
+def test_compare_reads_the_differing_parts_and_finds_the_difference(tmp_path):
+    path, snap = tmp_path / "chunks", ProjectedTables(tmp_path / "snap")
+    write_table(path, _chunks(FILES), bucketing=BY_FILE)
+    snap.save("g1", {"chunks": path})
+    old = snap.load().tables["chunks"]
+    assert old.is_dir() and identity(old) == identity(path)  # a hard-linked version
+    changed = {k: v for k, v in FILES.items() if k != "pkg/mod03.py"}
+    changed["pkg/new.py"] = 2
+    write_table(path, _chunks(changed, suffix="").set_column(
+        2, "text", pa.array([t + ("!" if t.startswith("pkg/mod05.py") else "") for t in _chunks(changed)["text"].to_pylist()])),
+        bucketing=BY_FILE)
+    new_parts, old_parts = bucketed.changed_parts(path, old)
+    assert 0 < len(new_parts) <= 3 and len(old_parts) == len(new_parts)
+    delta = compare_tables(path, old, key=("chunk_id",), names=("chunk_id", "file_path", "text"))
+    assert sorted(delta.changed["chunk_id"].to_pylist()) == sorted(
+        [f"pkg/new.py#{i}" for i in range(2)] + [f"pkg/mod05.py#{i}" for i in range(FILES["pkg/mod05.py"])])
+    assert sorted(delta.removed) == sorted((f"pkg/mod03.py#{i}",) for i in range(FILES["pkg/mod03.py"]))
+    # the snapshot still reads as the version it linked
+    assert read_table(old).num_rows == sum(FILES.values())
+    assert diff_tables(path, old, key=("chunk_id",)).via == "compare"
+
+
+def test_a_crash_before_the_manifest_leaves_the_last_version(tmp_path, monkeypatch):
+    path = tmp_path / "chunks"
+    write_table(path, _chunks(FILES), bucketing=BY_FILE)
+
+    def crash(*_a, **_k):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(bucketed, "write_bytes_atomic", crash)
+    with pytest.raises(OSError):
+        write_table(path, _chunks(dict(FILES, **{"pkg/mod01.py": 7})), bucketing=BY_FILE)
+    monkeypatch.undo()
+    assert read_rows(path) == _chunks(FILES).to_pylist()
+    assert len(list(path.glob("part-*.parquet"))) == 9  # the unnamed part waits for the next write
+    write_table(path, _chunks(FILES), bucketing=BY_FILE)
+    assert len(list(path.glob("part-*.parquet"))) == 8
+
+
+def test_a_reader_retries_when_a_writer_removed_its_parts(tmp_path, monkeypatch):
+    path = tmp_path / "chunks"
+    write_table(path, _chunks(FILES), bucketing=BY_FILE)
+    stale = bucketed.load_manifest(path)
+    write_table(path, _chunks(dict(FILES, **{"pkg/mod02.py": 1})), bucketing=BY_FILE)
+    loads = iter([stale])
+    real = bucketed.load_manifest
+    monkeypatch.setattr(bucketed, "load_manifest", lambda p: next(loads, None) or real(p))
+    assert read_table(path).num_rows == row_count(path)
+
+
+def test_the_bucket_of_a_value_is_stable():
+    # crc32: the same bucket in every process and version (hash() of a str differs per process), so
+    # an unchanged file's rows stay in the part they were written to
+    assert [bucketed.bucket_of(v, 32) for v in ("a.py", "django/utils/text.py", "", None)] == [30, 15, 0, 0]
