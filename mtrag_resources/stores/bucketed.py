@@ -93,14 +93,15 @@ def read(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table
             raise FileNotFoundError(f"{path}: no bucketed table here")
         order = [c for c in manifest["order"]]
         wanted = None if columns is None else list(dict.fromkeys([*columns, *order]))
+        files = [str(f) for f in part_files(path, manifest)]
         try:
-            parts = [pq.read_table(f, columns=wanted, filters=filters) for f in part_files(path, manifest)]
-        except FileNotFoundError as exc:  # a concurrent write removed a part of the version read
+            # one dataset read of the listed parts (a read per part cost ~1 ms each in fixed overhead)
+            table = pq.read_table(files if len(files) > 1 else files[0], columns=wanted, filters=filters)
+        except OSError as exc:  # a concurrent write removed a part of the version read
             last_error = exc
             time.sleep(0.05 * (attempt + 1))
             continue
-        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        if len(parts) > 1 and order:
+        if len(files) > 1 and order:
             table = table.sort_by([(c, "ascending") for c in order])  # stable: a file's rows keep theirs
         table = table.replace_schema_metadata(None)
         return table if columns is None else table.select(columns)
