@@ -455,13 +455,15 @@ def link_for_reader(src: Path | str, dst: Path | str, skip: set[str] | frozenset
     if folder_engine(src) != "edge":
         shutil.copytree(src, dst, dirs_exist_ok=True, ignore=_NOT_COPIED, copy_function=_copy_sparse)
         return
-    shared = _immutable_segments(src)
+    # by relative path: `segment in full.parents` compared Path objects, ~0.1 s of every CLI query on
+    # django's ~700 files
+    shared = {seg.relative_to(src).as_posix() for seg in _immutable_segments(src)}
 
-    def linkable(full: Path) -> bool:
-        segment = next((seg for seg in shared if seg in full.parents), None)
-        return segment is not None and _read_only_on_open(full.relative_to(segment).as_posix())
+    def linkable(rel: str) -> bool:
+        segment = _segment_of(rel)
+        return segment in shared and _read_only_on_open(rel[len(segment) + 1:])
 
-    plan = [(rel, full, linkable(full)) for rel, full in _walk_files(src) if rel.split("/", 1)[0] not in skip]
+    plan = [(rel, full, linkable(rel)) for rel, full in _walk_files(src) if rel.split("/", 1)[0] not in skip]
     # Edge may allocate the copied files in full when it maps them: room for their whole size,
     # or the reader would die of SIGBUS instead of failing its switch
     ensure_free_disk(dst, sum(full.stat().st_size for _, full, link in plan if not link),
