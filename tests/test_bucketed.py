@@ -3,6 +3,8 @@ gets the single-file table's rows in its order, two versions compare by their di
 crashed write leaves the last version readable."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pytest
 
@@ -10,7 +12,8 @@ from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.bucketed import Bucketing
 from mtrag_resources.stores.table_changes import identity
 from mtrag_resources.stores.table_delta import ProjectedTables, compare_tables, diff_tables
-from mtrag_resources.stores.tables import read_rows, read_table, row_count, write_table
+from mtrag_resources.stores.tables import (_forget, cached_rows, column_values, read_rows, read_shared, read_table,
+                                           row_count, rows_where, write_rows, write_table)
 
 pytestmark = pytest.mark.unit
 
@@ -113,3 +116,32 @@ def test_the_bucket_of_a_value_is_stable():
     # crc32: the same bucket in every process and version (hash() of a str differs per process), so
     # an unchanged file's rows stay in the part they were written to
     assert [bucketed.bucket_of(v, 32) for v in ("a.py", "django/utils/text.py", "", None)] == [30, 15, 0, 0]
+
+
+@dataclass
+class Edge:
+    rel_id: str
+    rel_type: str
+    evidence_file: str
+
+
+def test_rows_where_and_column_values_agree_with_the_whole_table_in_every_form(tmp_path):
+    """Held instances, held records, or nothing held (a filtered Parquet read): the same rows, in
+    the table's order, as filtering read_shared's."""
+    path = tmp_path / "relations"
+    rows = [Edge(f"r{i:03d}", ("INHERITS", "CALLS", "IMPORTS")[i % 3], f"m{i % 7}.py") for i in range(60)]
+    bucketing = Bucketing(key="evidence_file", order=("rel_id",), buckets=4)
+    write_rows(path, rows, Edge, bucketing)
+    expected = [r for r in rows if r.rel_type in ("INHERITS", "IMPORTS")]
+    held = rows_where(path, Edge, "rel_type", ["INHERITS", "IMPORTS"])
+    assert held == expected and held[0] is rows[0]  # the writer's own instances
+    _forget(path)
+    read_shared(path)  # records held only
+    assert rows_where(path, Edge, "rel_type", ["INHERITS", "IMPORTS"]) == expected
+    assert column_values(path, ["rel_id"]) == {"rel_id": [r.rel_id for r in rows]}
+    _forget(path)  # nothing held: only the matching rows are read
+    assert rows_where(path, Edge, "rel_type", ["INHERITS", "IMPORTS"]) == expected
+    assert cached_rows(path) is None  # the filtered read did not decode the table
+    assert column_values(path, ["rel_id", "rel_type"])["rel_type"] == [r.rel_type for r in rows]
+    assert rows_where(tmp_path / "none", Edge, "rel_type", ["CALLS"]) == []
+    assert column_values(tmp_path / "none", ["rel_id"]) == {"rel_id": []}

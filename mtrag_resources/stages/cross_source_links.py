@@ -14,7 +14,7 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
-from mtrag_resources.stores.tables import as_rows, read_shared, write_rows_changed
+from mtrag_resources.stores.tables import as_rows, column_values, read_shared, rows_where, write_rows_changed
 from mtrag_resources.stages.cas_chunks import load_facts
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -61,8 +61,8 @@ def _index_inputs(settings: Settings, specs: list[SourceSpec]) -> list[tuple]:
             imports = read_shared(layout.imports)
         else:  # a graph written before the imports table: the files' facts hold them
             imports = [i for f in load_facts(layout).values() for i in f["parsed"]["imports"]]
-        inputs.append((spec.id, [n for n in read_shared(layout.nodes, GraphNode) if n.label in INDEXED_LABELS],
-                       [r for r in read_shared(layout.relations, GraphRelation) if r.rel_type == "INHERITS"], imports))
+        inputs.append((spec.id, rows_where(layout.nodes, GraphNode, "label", INDEXED_LABELS),
+                       rows_where(layout.relations, GraphRelation, "rel_type", ["INHERITS"]), imports))
     return inputs
 
 
@@ -92,9 +92,10 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
     for spec in specs:
         layout = SourceLayout(settings, spec.id)
         references.extend(read_shared(layout.references, DocReference))
-        for r in read_shared(layout.chunks):
-            chunk_hash[r["chunk_id"]] = r["content_hash"]
-            chunk_ids.add(r["chunk_id"])
+        # two columns: another source's whole chunk table decoded was ~0.25 s of a CLI build
+        chunks = column_values(layout.chunks, ["chunk_id", "content_hash"])
+        chunk_hash.update(zip(chunks["chunk_id"], chunks["content_hash"]))
+        chunk_ids.update(chunks["chunk_id"])
     with _INDEX_MEMO_LOCK:
         made = _LINKS_MADE.pop(tuple(s.id for s in specs), {})
     links, unresolved = resolve_links(index, references, resolved, evidence=chunk_hash, made=made)

@@ -278,6 +278,37 @@ def cached_rows(path: Path, row_type: type[T] | None = None) -> list | None:
         return _DECODED.get(key + (row_type,))
 
 
+def rows_where(path: Path, row_type: type[T], column: str, values: Iterable[str]) -> list[T]:
+    """read_shared's `row_type` rows whose `column` is one of `values`, in the table's order:
+    filtered from the rows this process holds decoded, else only the matching rows read (a filter
+    in the Parquet read) and decoded. A stage that wants a few kinds of rows of another source's
+    table (the links stage: code entities, INHERITS edges) decoded all 31k of django's relations,
+    ~0.5 s of a CLI build that changed only docs."""
+    path, wanted = Path(path), set(values)
+    held = cached_rows(path, row_type)
+    if held is not None:
+        return [r for r in held if getattr(r, column) in wanted]
+    records = cached_rows(path)
+    if records is not None:
+        return as_rows([r for r in records if r[column] in wanted], row_type)
+    if not table_exists(path):
+        return []
+    return as_rows(read_table(path, filters=[(column, "in", sorted(wanted))]).to_pylist(), row_type)
+
+
+def column_values(path: Path, columns: list[str]) -> dict[str, list]:
+    """{column: values in the table's order} of a few columns: from the rows this process holds
+    decoded, else those columns alone read ({column: []} where there is no table)."""
+    path = Path(path)
+    records = cached_rows(path)
+    if records is not None:
+        return {c: [r[c] for r in records] for c in columns}
+    if not table_exists(path):
+        return {c: [] for c in columns}
+    table = read_table(path, columns=columns)
+    return {c: table.column(c).to_pylist() for c in columns}
+
+
 def as_rows(records: Iterable[dict], row_type: type[T]) -> list[T]:
     """`row_type` instances of table records (columns the type does not have are left out)."""
     names = {f.name for f in dataclasses.fields(row_type)}
