@@ -15,7 +15,6 @@ from mtrag_resources.stages import cross_source_links
 from mtrag_resources.stages.canonical_graph import NODE_BUCKETS, RELATION_BUCKETS
 from mtrag_resources.stages.cas_chunks import CHUNK_BUCKETS
 from mtrag_resources.stores import tables
-from mtrag_resources.stores.bucketed import Bucketing
 
 pytestmark = pytest.mark.unit
 
