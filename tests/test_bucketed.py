@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.bucketed import Bucketing
@@ -145,3 +147,41 @@ def test_rows_where_and_column_values_agree_with_the_whole_table_in_every_form(t
     assert column_values(path, ["rel_id", "rel_type"])["rel_type"] == [r.rel_type for r in rows]
     assert rows_where(tmp_path / "none", Edge, "rel_type", ["CALLS"]) == []
     assert column_values(tmp_path / "none", ["rel_id"]) == {"rel_id": []}
+
+
+# A file's rows as (chunk id suffix, text); a version of the table is {file: rows}.
+_versions = st.lists(st.dictionaries(
+    st.sampled_from([f"pkg/m{i}.py" for i in range(12)]),
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c"])), min_size=1, max_size=4,
+             unique_by=lambda r: r[0]),
+    max_size=8), min_size=2, max_size=4)
+
+
+def _version_table(files: dict[str, list]) -> pa.Table:
+    rows = [{"chunk_id": f"{path}#{n}", "file_path": path, "text": text}
+            for path in sorted(files) for n, text in files[path]]
+    return pa.Table.from_pylist(rows, schema=pa.schema(
+        [("chunk_id", pa.string()), ("file_path", pa.string()), ("text", pa.string())]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(versions=_versions)
+def test_any_sequence_of_versions_reads_and_compares_as_single_files(tmp_path_factory, versions):
+    """Whatever files come, change or go between versions, the bucketed table reads as the single
+    file of the same rows, and comparing two versions by their differing parts finds what comparing
+    the two whole files finds."""
+    root = tmp_path_factory.mktemp("versions")
+    path, snapshot = root / "chunks", ProjectedTables(root / "snap")
+    for i, files in enumerate(versions):
+        table = _version_table(files)
+        single = root / f"v{i}.parquet"
+        write_table(single, table)
+        write_table(path, table, bucketing=BY_FILE)
+        assert read_table(path).to_pylist() == table.to_pylist()
+        if i:
+            names = ("chunk_id", "file_path", "text")
+            by_parts = compare_tables(path, snapshot.load().tables["chunks"], ("chunk_id",), names)
+            by_files = compare_tables(single, root / f"v{i - 1}.parquet", ("chunk_id",), names)
+            assert sorted(by_parts.changed.to_pylist(), key=str) == sorted(by_files.changed.to_pylist(), key=str)
+            assert sorted(by_parts.removed) == sorted(by_files.removed)
+        snapshot.save(f"g{i}", {"chunks": path})
