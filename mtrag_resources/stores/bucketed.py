@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 import zlib
@@ -91,7 +92,7 @@ def read(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table
         manifest = load_manifest(path)
         if manifest is None:
             raise FileNotFoundError(f"{path}: no bucketed table here")
-        order = [c for c in manifest["order"]]
+        order = list(manifest["order"])
         wanted = None if columns is None else list(dict.fromkeys([*columns, *order]))
         files = [str(f) for f in part_files(path, manifest)]
         try:
@@ -117,9 +118,6 @@ def write(path: Path, table: pa.Table, bucketing: Bucketing) -> dict:
     is not there yet. Returns {"parts": n, "written": parts written, "bytes_written": their size}."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    previous = load_manifest(path)
-    if previous is not None and (previous.get("key") != bucketing.key or previous.get("buckets") != bucketing.buckets):
-        previous = None  # another bucketing: every part is new
     table = table.replace_schema_metadata(None)
     rows_by_bucket: dict[int, list[int]] = {}
     for i, value in enumerate(table.column(bucketing.key).to_pylist()):
@@ -158,8 +156,6 @@ def changed_parts(new: Path, old: Path) -> tuple[list[Path], list[Path]] | None:
 def link_version(src: Path, dst: Path) -> None:
     """A snapshot of `src`'s current version in folder `dst` (replaced): hard links of its parts and
     of its manifest (a copy where links are refused), the manifest last."""
-    import shutil
-
     src, dst = Path(src), Path(dst)
     manifest = load_manifest(src)
     if manifest is None:
@@ -169,15 +165,20 @@ def link_version(src: Path, dst: Path) -> None:
     names = set(manifest["parts"].values())
     for name in names:
         if not (dst / name).exists():
-            _link_or_copy(src / name, dst / name, shutil)
-    tmp = dst / f".{MANIFEST}.tmp"
-    tmp.unlink(missing_ok=True)
-    _link_or_copy(manifest_path(src), tmp, shutil)
-    os.replace(tmp, manifest_path(dst))
+            _link_or_copy(src / name, dst / name)
+    link_replace(manifest_path(src), manifest_path(dst))
     _remove_unlisted(dst, names)
 
 
-def _link_or_copy(src: Path, dst: Path, shutil) -> None:
+def link_replace(src: Path, dst: Path) -> None:
+    """`dst` becomes a hard link of `src` (a copy where links are refused), replaced atomically."""
+    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
+    tmp.unlink(missing_ok=True)
+    _link_or_copy(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
     try:
         os.link(src, dst)
     except OSError:  # another file system, or links refused: a copy is slower, not wrong

@@ -10,7 +10,6 @@ store itself."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import threading
@@ -68,14 +67,7 @@ class ProjectedTables:
                 continue
             if (self.folder / name).is_dir():
                 shutil.rmtree(self.folder / name)
-            dst = self.folder / f"{name}.parquet"
-            tmp = self.folder / f".{name}.tmp"
-            tmp.unlink(missing_ok=True)
-            try:
-                os.link(src, tmp)
-            except OSError:  # another file system, or links refused: a copy is slower, not wrong
-                shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
+            bucketed.link_replace(src, self.folder / f"{name}.parquet")
         write_text_atomic(self.folder / STATE_FILE, json.dumps(
             {"generation": generation, "tables": sorted(tables), "extra": extra or {}}, sort_keys=True))
 

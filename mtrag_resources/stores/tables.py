@@ -96,30 +96,34 @@ def write_table(path: Path, table: pa.Table, records: list[dict] | None = None,
     A bucketed table's folder (a path without `.parquet`) gets only its changed parts written
     (`bucketing`, else the one its manifest records); returns bucketed.write's counts then."""
     path = Path(path)
+    counts = None
     if bucketed.is_bucketed(path):
-        if bucketing is None:
-            recorded = bucketed.load_manifest(path)
-            if recorded is None:
-                raise ValueError(f"{path}: a new bucketed table needs its bucketing")
-            bucketing = Bucketing(recorded["key"], tuple(recorded["order"]), recorded["buckets"])
-        counts = bucketed.write(path, table, bucketing)
-        _forget(path)
-        if records is not None and len(records) == table.num_rows:
-            _remember(path, records)
-        return counts
+        counts = bucketed.write(path, table, bucketing or _recorded_bucketing(path))
+    else:
+        _write_file(path, table)
+    _forget(path)
+    if records is not None and len(records) == table.num_rows:
+        _remember(path, records)
+    return counts
+
+
+def _recorded_bucketing(path: Path) -> Bucketing:
+    recorded = bucketed.load_manifest(path)
+    if recorded is None:
+        raise ValueError(f"{path}: a new bucketed table needs its bucketing")
+    return Bucketing(recorded["key"], tuple(recorded["order"]), recorded["buckets"])
+
+
+def _write_file(path: Path, table: pa.Table) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
     os.close(fd)
     try:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
-        _forget(path)
-        if records is not None and len(records) == table.num_rows:
-            _remember(path, records)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return None
 
 
 def read_table(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
