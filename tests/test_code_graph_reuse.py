@@ -1,0 +1,165 @@
+"""A resolution that reuses the last one's call results (a long-lived process: `mtrag watch`) makes
+the graph a resolution from scratch makes, over any sequence of edits to a package: symbols added
+and removed, imports, aliases and star imports changed, bases changed, modules added and removed."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from mtrag_resources.ingest import code_graph
+from mtrag_resources.ingest.chunking.code import chunk_code
+from mtrag_resources.ingest.code_graph import resolve_code_graph
+
+pytestmark = pytest.mark.unit
+
+MODULES = ("m0", "m1", "m2")
+NAMES = ("f0", "f1")
+CLASSES = ("C0", "C1")
+METHODS = ("g0", "save")
+
+calls = st.one_of(
+    st.sampled_from(NAMES).map(lambda f: f"{f}()"),
+    st.tuples(st.sampled_from(MODULES), st.sampled_from(NAMES)).map(lambda t: f"{t[0]}.{t[1]}()"),
+    st.tuples(st.sampled_from(CLASSES), st.sampled_from(METHODS)).map(lambda t: f"{t[0]}().{t[1]}()"),
+    st.sampled_from(METHODS).map(lambda m: f"self.{m}()"),
+    st.sampled_from(METHODS).map(lambda m: f"super().{m}()"),
+    st.sampled_from(METHODS).map(lambda m: f"obj.{m}()"),
+    st.sampled_from(CLASSES).map(lambda c: f"A{c}()"),
+)
+imports = st.one_of(
+    st.tuples(st.sampled_from(MODULES), st.sampled_from(NAMES + CLASSES))
+      .map(lambda t: f"from pkg.{t[0]} import {t[1]}"),
+    st.sampled_from(MODULES).map(lambda m: f"from pkg.{m} import *"),
+    st.sampled_from(MODULES).map(lambda m: f"import pkg.{m} as {m}"),
+    st.tuples(st.sampled_from(MODULES), st.sampled_from(CLASSES))
+      .map(lambda t: f"from .{t[0]} import {t[1]} as A{t[1]}"),
+)
+bases = st.one_of(st.just(""), st.sampled_from(CLASSES), st.sampled_from(CLASSES).map(lambda c: f"A{c}"),
+                  st.tuples(st.sampled_from(MODULES), st.sampled_from(CLASSES)).map(lambda t: f"{t[0]}.{t[1]}"))
+
+
+@st.composite
+def function(draw) -> str:
+    body = draw(st.lists(calls, min_size=1, max_size=3))
+    return "\n".join([f"def {draw(st.sampled_from(NAMES))}(obj):", *(f"    {c}" for c in body)])
+
+
+@st.composite
+def klass(draw) -> str:
+    base = draw(bases)
+    lines = [f"class {draw(st.sampled_from(CLASSES))}({base}):" if base else f"class {draw(st.sampled_from(CLASSES))}:"]
+    for method in draw(st.sets(st.sampled_from(METHODS), min_size=1, max_size=2)):
+        lines += [f"    def {method}(self, obj):", *(f"        {c}" for c in draw(st.lists(calls, min_size=1, max_size=2)))]
+    return "\n".join(lines)
+
+
+item = st.one_of(imports, function(), klass())  # one top-level statement of a module
+package = st.dictionaries(st.sampled_from(MODULES), st.lists(item, max_size=4), min_size=1)
+# An edit: in one module, add an item, or remove or replace the item at an index (mod its length),
+# or remove the module.
+edit = st.tuples(st.sampled_from(MODULES), st.sampled_from(("add", "remove", "replace", "drop_module")),
+                 st.integers(0, 7), item)
+
+
+def edited(modules: dict[str, list[str]], change) -> dict[str, list[str]]:
+    module, op, index, new = change
+    items = list(modules.get(module, []))
+    if op == "drop_module":
+        return {m: i for m, i in modules.items() if m != module}
+    if op == "add" or not items:
+        items.insert(index % (len(items) + 1), new)
+    elif op == "remove":
+        del items[index % len(items)]
+    else:
+        items[index % len(items)] = new
+    return {**modules, module: items}
+
+
+def parse(modules: dict[str, list[str]]) -> list:
+    files = {"pkg/__init__.py": "VERSION = 1\n",
+             **{f"pkg/{m}.py": "\n\n".join(items) + "\n" for m, items in modules.items()}}
+    return [chunk_code("pkg", path, text, "python") for path, text in sorted(files.items())]
+
+
+def graph(nodes, relations) -> tuple:
+    return (sorted((n.node_id, n.label) for n in nodes),
+            sorted((r.rel_id, r.rel_type, r.src_id, r.dst_id, r.confidence, tuple(r.candidates),
+                    r.evidence_file, r.evidence_start) for r in relations))
+
+
+def from_scratch(parsed: list) -> tuple:
+    """The graph a fresh process makes, leaving this process's last resolution as it was."""
+    kept = [(table, dict(table)) for table in (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS)]
+    try:
+        for table, _ in kept:
+            table.clear()
+        return graph(*resolve_code_graph("pkg", parsed, reuse=False))
+    finally:
+        for table, saved in kept:
+            table.clear()
+            table.update(saved)
+
+
+F0 = "def f0(obj):\n    pass"
+CALLS_F0 = "def f1(obj):\n    f0()"
+
+
+# One edit per kind of table entry a call reads, each changing only that entry for the call that read
+# it (the random edits below find these rarely): a name added elsewhere, an import alias, a star
+# import, a re-export, a base, a method of that name elsewhere, a member of the call's own module.
+@example({"m0": ["import pkg.m1 as m1", "def f1(obj):\n    m1.f0()"], "m1": ["def f1(obj):\n    pass"]},
+         [("m1", "add", 0, F0)])
+@example({"m0": [CALLS_F0], "m1": [F0]}, [("m0", "add", 0, "from pkg.m1 import f0")])
+@example({"m0": ["import pkg.m1 as m1", "def f1(obj):\n    m1.f0()"], "m1": ["def f1(obj):\n    pass"], "m2": [F0]},
+         [("m1", "add", 0, "from pkg.m2 import *")])  # a re-export through another module's star
+@example({"m0": ["import pkg.m1 as m1", "def f1(obj):\n    m1.f0()"], "m1": ["def f1(obj):\n    pass"], "m2": [F0]},
+         [("m1", "add", 0, "from pkg.m2 import f0")])  # ... through its import
+@example({"m0": ["import pkg.m2 as m2", "def f1(obj):\n    m2.f0()"], "m1": [F0]},
+         [("m2", "add", 0, "from pkg.m1 import f0")])  # ... of a module that was not there
+@example({"m0": [CALLS_F0], "m1": [F0]}, [("m0", "add", 0, "from pkg.m1 import *")])
+@example({"m0": ["class C0:\n    def save(self, obj):\n        pass",
+                 "class C1:\n    def g0(self, obj):\n        self.save()"]},
+         [("m0", "replace", 1, "class C1(C0):\n    def g0(self, obj):\n        self.save()")])
+@example({"m0": ["class C0:\n    def save(self, obj):\n        pass",
+                 "class C1:\n    def save(self, obj):\n        super().save()"]},
+         [("m0", "replace", 1, "class C1(C0):\n    def save(self, obj):\n        super().save()")])
+@example({"m0": ["def f1(obj):\n    obj.g0()"], "m1": [F0]},
+         [("m1", "add", 0, "class C0:\n    def g0(self, obj):\n        pass")])
+@example({"m0": [CALLS_F0]}, [("m0", "add", 0, F0)])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(package, st.lists(edit, min_size=1, max_size=8))
+def test_reused_resolution_is_the_resolution_from_scratch(modules, edits):
+    for table in (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS):
+        table.pop("pkg", None)
+    for change in [None, *edits]:
+        modules = edited(modules, change) if change else modules
+        parsed = parse(modules)
+        assert graph(*resolve_code_graph("pkg", parsed, reuse=True)) == from_scratch(parsed)
+
+
+def test_an_unrelated_edit_reuses_the_other_calls():
+    """The reuse is real: after a function is added to one module, the calls of the modules that
+    did not read its name keep their results (they are not resolved again)."""
+    code_graph._LAST_CALLS.pop("pkg", None)
+    before = {"m0": ["def f0(obj):\n    f1()", "def f1(obj):\n    obj.save()"],
+              "m1": ["from pkg.m0 import f1", "class C0:\n    def save(self, obj):\n        f1()\n        self.g0()"]}
+    resolve_code_graph("pkg", parse(before), reuse=True)
+    results = dict(code_graph._LAST_CALLS["pkg"][1])
+    after = {**before, "m0": [*before["m0"], "def f2(obj):\n    f0()"]}
+    parsed = parse(after)
+    assert graph(*resolve_code_graph("pkg", parsed, reuse=True)) == from_scratch(parsed)
+    now = code_graph._LAST_CALLS["pkg"][1]
+    kept = [k for k in results if k in now and now[k] is results[k]]
+    assert {k[2] for k in kept} == {"pkg.m1"}  # m1's calls: the same result objects, not re-resolved
+    assert any(k[2] == "pkg.m0" and now[k] is not results.get(k) for k in now)  # m0's: resolved again
+
+
+def test_a_name_an_import_cycle_cut_keeps_nothing_to_reuse():
+    """Where an import cycle cut a name, what the name resolved to depends on the order of the
+    resolutions before it: such a source keeps no results to reuse and resolves whole each time."""
+    code_graph._LAST_CALLS.pop("pkg", None)
+    modules = {"m0": ["from pkg.m1 import *", "def f1(obj):\n    f0()"], "m1": ["from pkg.m0 import *", F0.replace("f0", "f1")]}
+    parsed = parse(modules)
+    assert graph(*resolve_code_graph("pkg", parsed, reuse=True)) == from_scratch(parsed)
+    assert "pkg" not in code_graph._LAST_CALLS
