@@ -171,13 +171,18 @@ def test_any_sequence_of_versions_reads_and_compares_as_single_files(tmp_path_fa
     file of the same rows, and comparing two versions by their differing parts finds what comparing
     the two whole files finds."""
     root = tmp_path_factory.mktemp("versions")
-    path, snapshot = root / "chunks", ProjectedTables(root / "snap")
+    path, snapshot, hinted = root / "chunks", ProjectedTables(root / "snap"), root / "hinted"
     for i, files in enumerate(versions):
         table = _version_table(files)
         single = root / f"v{i}.parquet"
         write_table(single, table)
         write_table(path, table, bucketing=BY_FILE)
         assert read_table(path).to_pylist() == table.to_pylist()
+        # told which files changed, the write digests only their buckets and makes the same version
+        before = versions[i - 1] if i else {}
+        changed = {f for f in set(files) | set(before) if files.get(f) != before.get(f)}
+        write_table(hinted, table, bucketing=BY_FILE, changed_keys=changed if i else None)
+        assert bucketed.load_manifest(hinted)["parts"] == bucketed.load_manifest(path)["parts"]
         if i:
             names = ("chunk_id", "file_path", "text")
             by_parts = compare_tables(path, snapshot.load().tables["chunks"], ("chunk_id",), names)
@@ -185,3 +190,15 @@ def test_any_sequence_of_versions_reads_and_compares_as_single_files(tmp_path_fa
             assert sorted(by_parts.changed.to_pylist(), key=str) == sorted(by_files.changed.to_pylist(), key=str)
             assert sorted(by_parts.removed) == sorted(by_files.removed)
         snapshot.save(f"g{i}", {"chunks": path})
+
+
+def test_told_the_changed_files_a_write_digests_only_their_buckets(tmp_path, monkeypatch):
+    path = tmp_path / "chunks"
+    write_table(path, _chunks(FILES), bucketing=BY_FILE)
+    digested = []
+    real = bucketed._digest
+    monkeypatch.setattr(bucketed, "_digest", lambda part: digested.append(part.num_rows) or real(part))
+    changed = dict(FILES, **{"pkg/mod03.py": FILES["pkg/mod03.py"] + 1})
+    counts = write_table(path, _chunks(changed), bucketing=BY_FILE, changed_keys={"pkg/mod03.py"})
+    assert len(digested) == 1 and counts["written"] == 1
+    assert read_table(path).to_pylist() == _chunks(changed).to_pylist()

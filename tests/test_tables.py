@@ -95,3 +95,31 @@ def test_arrow_counts_are_what_python_counts(texts, flags):
     assert truthy_count(table, "n") == 0
     flagged = pa.table({"f": pa.array(flags, type=pa.bool_())})
     assert truthy_count(flagged, "f") == sum(bool(v) for v in flags)
+
+
+def test_rows_the_file_already_holds_are_not_written_again(tmp_path):
+    """write_rows skips a file whose current version holds these rows (by this process's decoded
+    rows of it), and writes when a row differs, when the rows are records, and when the file was
+    replaced by someone else."""
+    path = tmp_path / "refs.parquet"
+    rows = [Row(name="a", line=1), Row(name="b", tags=["x"])]
+
+    def version():
+        st_ = path.stat()
+        return st_.st_ino, st_.st_mtime_ns
+
+    write_rows(path, rows, Row)
+    first = version()
+    assert write_rows(path, list(rows), Row) == 2 and version() == first  # the same objects
+    assert write_rows(path, [Row(name="a", line=1), Row(name="b", tags=["x"])], Row) == 2
+    assert version() == first  # equal values
+    write_rows(path, [Row(name="a", line=2), rows[1]], Row)
+    assert version() != first and read_rows(path, Row)[0].line == 2
+    records = [{"module_qn": "m", "imported": "x"}]
+    write_rows(tmp_path / "imports.parquet", records)
+    held = (tmp_path / "imports.parquet").stat().st_ino
+    write_rows(tmp_path / "imports.parquet", [dict(r) for r in records])
+    assert (tmp_path / "imports.parquet").stat().st_ino == held
+    pq.write_table(pq.read_table(path).slice(0, 1), path)  # another writer: the version changed
+    write_rows(path, [Row(name="a", line=2), rows[1]], Row)
+    assert [r.name for r in read_rows(path, Row)] == ["a", "b"]

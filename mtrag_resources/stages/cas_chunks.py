@@ -224,7 +224,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     cas = ContentStore(settings.cas_dir)
     # No chunk table (a first build, or one left by a version before the buckets): every file is
     # parsed, as a kept file's rows come from that table.
-    previous = _load_index(layout) if table_exists(layout.chunks) else {}
+    previous = indexed_before = _load_index(layout) if table_exists(layout.chunks) else {}
     meta: dict = {}
     index: dict = {}
     new_rows: list[dict] = []
@@ -260,8 +260,11 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         rows = _records(table, cached_rows(layout.chunks), previous, kept)
         _check_unique_ids(spec.id, rows)
         base = identity(layout.chunks)
-        # the stages after this one read `rows` shared; only the buckets of changed files are written
-        written = write_table(layout.chunks, table, records=rows, bucketing=CHUNK_BUCKETS)
+        # the stages after this one read `rows` shared; only the buckets of changed files are
+        # digested and written (a kept file's rows are the previous table's where `previous` is)
+        changed_files = None if previous is None else (set(index) | set(indexed_before)) - kept
+        written = write_table(layout.chunks, table, records=rows, bucketing=CHUNK_BUCKETS,
+                              changed_keys=changed_files)
         (layout.tables / _LEGACY_TABLE).unlink(missing_ok=True)
         logged = _log_changes(layout, base, previous, table, rows, kept)
         write_bytes_atomic(layout.facts, json.dumps(

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,9 +114,13 @@ def bucket_of(value: str | None, buckets: int) -> int:
     return zlib.crc32((value or "").encode("utf-8")) % buckets
 
 
-def write(path: Path, table: pa.Table, bucketing: Bucketing) -> dict:
+def write(path: Path, table: pa.Table, bucketing: Bucketing, changed_keys: Iterable[str] | None = None) -> dict:
     """Replace the table with `table` (in its order already), writing only the parts whose content
-    is not there yet. Returns {"parts": n, "written": parts written, "bytes_written": their size}."""
+    is not there yet. `changed_keys`: the caller knows that only the rows of these key values
+    differ from the current version (added, changed or removed); a part of another bucket, with as
+    many rows as before, is then the current version's and is not digested again (taking and
+    digesting every part cost as much as writing the whole table). Returns {"parts": n, "written":
+    parts written, "bytes_written": their size}."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     table = table.replace_schema_metadata(None)
@@ -124,8 +129,15 @@ def write(path: Path, table: pa.Table, bucketing: Bucketing) -> dict:
         rows_by_bucket.setdefault(bucket_of(value, bucketing.buckets), []).append(i)
     if not rows_by_bucket:
         rows_by_bucket = {0: []}  # an empty table keeps its schema in one empty part
-    parts, written, bytes_written = {}, 0, 0
+    current = _same_bucketing(load_manifest(path), bucketing) if changed_keys is not None else None
+    dirty = {bucket_of(k, bucketing.buckets) for k in changed_keys} if current is not None else set()
+    parts, counts, written, bytes_written = {}, {}, 0, 0
     for bucket, rows in sorted(rows_by_bucket.items()):
+        counts[str(bucket)] = len(rows)
+        kept = current["parts"].get(str(bucket)) if current is not None and bucket not in dirty else None
+        if kept is not None and current["counts"].get(str(bucket)) == len(rows) and (path / kept).exists():
+            parts[str(bucket)] = kept
+            continue
         part = table.take(pa.array(rows, type=pa.int64()))
         name = f"{PART_PREFIX}{bucket:03d}-{_digest(part)}.parquet"
         target = path / name
@@ -134,11 +146,20 @@ def write(path: Path, table: pa.Table, bucketing: Bucketing) -> dict:
             written += 1
         parts[str(bucket)] = name
     manifest = {"key": bucketing.key, "order": list(bucketing.order), "buckets": bucketing.buckets,
-                "rows": table.num_rows, "parts": parts}
+                "rows": table.num_rows, "parts": parts, "counts": counts}
     fault_point("table:before_manifest")
     write_bytes_atomic(manifest_path(path), json.dumps(manifest, sort_keys=True).encode())
     _remove_unlisted(path, set(parts.values()))
     return {"parts": len(parts), "written": written, "bytes_written": bytes_written}
+
+
+def _same_bucketing(manifest: dict | None, bucketing: Bucketing) -> dict | None:
+    """`manifest` where it records its parts' row counts for `bucketing` (versions before the counts
+    have every part digested again)."""
+    if manifest is None or "counts" not in manifest or manifest.get("key") != bucketing.key or \
+            manifest.get("buckets") != bucketing.buckets or manifest.get("order") != list(bucketing.order):
+        return None
+    return manifest
 
 
 def changed_parts(new: Path, old: Path) -> tuple[list[Path], list[Path]] | None:

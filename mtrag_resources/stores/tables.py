@@ -26,8 +26,12 @@ T = TypeVar("T")
 
 def write_rows(path: Path, rows: Iterable, row_type: type | None = None, bucketing: Bucketing | None = None) -> int:
     """Lists of strings stay lists; a dict value goes as JSON, so the schema stays flat.
-    `bucketing`: how a bucketed table (stores/bucketed.py) places its rows."""
+    `bucketing`: how a bucketed table (stores/bucketed.py) places its rows. Rows equal to those
+    this process holds for the file's current version are not written again (a watch batch
+    rewrote django's 6k import rows and the docs' 30k references on every change)."""
     rows = list(rows)
+    if bucketing is None and _holds_these(Path(path), rows, row_type):
+        return len(rows)
     columns, flat = _dataclass_columns(rows)
     if columns is not None:  # column-wise: a third of from_pylist's time on 30k graph rows
         table = pa.table(columns)
@@ -53,6 +57,17 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None, bucketi
     if records and table.num_rows == len(records):
         _remember(Path(path), records)  # the next reader of this file in this process decodes nothing
     return len(records)
+
+
+def _holds_these(path: Path, rows: list, row_type: type | None) -> bool:
+    """Are `rows` the rows the file holds, by the decoded rows this process keeps for its version?
+    A held row that is the same object is the same row (the stages' memos; rows are not changed
+    after they are written), any other is compared by value."""
+    if row_type is not None and rows and type(rows[0]) is row_type:
+        held = cached_rows(path, row_type)
+        return held is not None and len(held) == len(rows) and all(a is b or a == b for a, b in zip(held, rows))
+    held = cached_rows(path)
+    return held is not None and len(held) == len(rows) and held == as_records(rows)
 
 
 def as_records(rows: Iterable) -> list[dict]:
@@ -90,15 +105,16 @@ def _dataclass_columns(rows: list) -> tuple[dict[str, list] | None, bool]:
 
 
 def write_table(path: Path, table: pa.Table, records: list[dict] | None = None,
-                bucketing: Bucketing | None = None) -> dict | None:
+                bucketing: Bucketing | None = None, changed_keys: Iterable[str] | None = None) -> dict | None:
     """`records`: the table's rows as to_pylist gives them, when the caller has them anyway; they
     become the file's decoded entry (read_shared) and so are the caller's no more to change.
     A bucketed table's folder (a path without `.parquet`) gets only its changed parts written
-    (`bucketing`, else the one its manifest records); returns bucketed.write's counts then."""
+    (`bucketing`, else the one its manifest records; `changed_keys`: bucketed.write's); returns
+    bucketed.write's counts then."""
     path = Path(path)
     counts = None
     if bucketed.is_bucketed(path):
-        counts = bucketed.write(path, table, bucketing or _recorded_bucketing(path))
+        counts = bucketed.write(path, table, bucketing or _recorded_bucketing(path), changed_keys)
     else:
         _write_file(path, table)
     _forget(path)
@@ -382,7 +398,9 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
         write_rows(path, rows, row_type, bucketing)
         _ARROW.pop(name, None)
         return None
-    write_table(path, merged, bucketing=bucketing)
+    keys = None if bucketing is None else \
+        {getattr(r, bucketing.key) for r in (*changes.fresh, *changes.replaced)}
+    write_table(path, merged, bucketing=bucketing, changed_keys=keys)
     _remember(path, rows, row_type)
     _ARROW[name] = (_identity(path), merged)
     return changes
