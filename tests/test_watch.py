@@ -192,6 +192,12 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
         assert tags["dagster/data_version"]
         assert fast[0].asset_materialization.metadata  # the batch plane's metadata keys
         batches.add(tags["mtrag/batch"])
+    # the watch's code graph resolved again only the calls whose symbol-table reads changed
+    graphs = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("canonical_graph"),
+                                                                   asset_partitions=["shop"]), limit=20).records
+    reused = [r.asset_materialization.metadata["calls_reused"].value for r in graphs
+              if not r.run_id and "calls_reused" in r.asset_materialization.metadata]
+    assert reused and max(reused) > 0, reused
     manifests = instance.fetch_materializations(dg.AssetKey("index_manifest"), limit=50).records
     assert any((r.asset_materialization.tags or {}).get("mtrag/batch") in batches for r in manifests)
     check = instance.event_log_storage.get_asset_check_execution_history(

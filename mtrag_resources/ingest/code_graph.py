@@ -36,6 +36,9 @@ _LAST_IDS: dict[str, dict[tuple, str]] = {}
 # whose reads of the symbol tables did not change resolves as before.
 _LAST_CALLS: dict[str, tuple["_Resolver", dict[tuple, tuple[list[str], bool, frozenset]]]] = {}
 _KEEP_RESOLUTIONS = False  # keep_resolutions()
+# Per source, the last resolution's count of distinct calls and of those it took from the one
+# before (resolution_counts: the graph stage's metadata shows whether the reuse works).
+_COUNTS: dict[str, dict[str, int]] = {}
 
 
 def keep_resolutions() -> None:
@@ -44,6 +47,12 @@ def keep_resolutions() -> None:
     (measured at django's size: +0.2 s on a resolution from scratch, ~0.5 s less on the next)."""
     global _KEEP_RESOLUTIONS
     _KEEP_RESOLUTIONS = True
+
+
+def resolution_counts(source_id: str) -> dict[str, int]:
+    """{"call_keys": distinct calls resolved or reused, "calls_reused": taken from the last
+    resolution} of this process's last resolution of the source ({} before any)."""
+    return dict(_COUNTS.get(source_id, {}))
 
 
 def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
@@ -107,6 +116,7 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
     changed = resolver.changed_since(previous[0]) if previous is not None else None
     earlier = previous[1] if changed is not None else {}
     resolved: dict[tuple, tuple[list[str], bool, frozenset]] = {}
+    reused = 0
     directories: dict[str, str] = {}
     for pf in parsed:
         for fact in pf.calls:
@@ -121,6 +131,8 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
                 found = earlier.get(key)
                 if found is None or not changed.isdisjoint(found[2]):
                     found = resolver.recorded(fact["callee_expr"], fact)
+                else:
+                    reused += 1
                 resolved[key] = found
             add("CALLS", fact["caller_id"], found[0], found[1], fact)
     for pf in parsed:  # after calls: a Go import points at the package files actually used
@@ -148,6 +160,7 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
         return resolve_code_graph(source_id, parsed, reuse=False)
     _LAST_EDGES[source_id] = edges
     _LAST_IDS[source_id] = ids
+    _COUNTS[source_id] = {"call_keys": len(resolved), "calls_reused": reused}
     if resolver.order_dependent or "go" in resolver.language.values():
         _LAST_CALLS.pop(source_id, None)  # Go's package imports take what the calls used: whole
     elif reuse:

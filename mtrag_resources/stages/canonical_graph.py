@@ -6,7 +6,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from mtrag_resources.core.config import Settings
-from mtrag_resources.ingest.code_graph import resolve_code_graph
+from mtrag_resources.ingest.code_graph import resolution_counts, resolve_code_graph
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, identity, record_row_changes
@@ -111,5 +111,9 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         "relations_by_type": value_counts(layout.relations, "rel_type") if relations else {},
         "relations_by_confidence": value_counts(layout.relations, "confidence") if relations else {},
         "change_log": logged,
+        # distinct calls resolved, and those a long-lived process (the watch) took from its last
+        # resolution because the symbol-table entries they read did not change
+        **({"calls_resolved": counts["call_keys"] - counts["calls_reused"], "calls_reused": counts["calls_reused"]}
+           if (counts := resolution_counts(spec.id)) else {}),
     })
     return StageResult(data_version=digest, metadata=meta, value=(nodes, relations, references))
