@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
+from mtrag_resources.stores import embedding_cache
 from mtrag_resources.stores.embedding_cache import EmbeddingCache, embed_missing
 
 DIM = 8
@@ -86,6 +87,7 @@ def test_lookup_with_weird_strings_is_safe(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path)
     weird = ["it's", 'say "hi"', "'); DROP TABLE x; --", "back\\slash", "ünïcödé 内存", "%_*", ""]
     cache.add(FP, {w: fake_vector(w) for w in weird})
+    embedding_cache._RECENT.clear()  # looked up in the shards, not in this process's recent vectors
     got = cache.lookup(FP, weird + ["' OR 1=1 --"])
     assert set(got) == set(weird)
     assert cache.missing(FP, ["' OR '1'='1", "it's"]) == ["' OR '1'='1"]
@@ -180,3 +182,24 @@ def test_real_embedder_no_change_run_does_not_load_the_model(tmp_path: Path) -> 
     assert not second.loaded
     vecs = cache.lookup(second.fingerprint_id, list(texts))
     assert sorted(vecs) == sorted(texts) and all(v.shape == (384,) for v in vecs.values())
+
+
+@pytest.mark.unit
+def test_vectors_this_process_added_are_looked_up_without_reading_the_shards(tmp_path: Path, monkeypatch) -> None:
+    cache = EmbeddingCache(tmp_path)
+    old = corpus(5)
+    cache.add(FP, {k: fake_vector(t) for k, t in old.items()})
+    embedding_cache._RECENT.clear()  # as if another process had added them
+    new = {h("fresh"): "fresh"}
+    cache.add(FP, {h("fresh"): fake_vector("fresh")})
+    queries = []
+    real = EmbeddingCache._query
+    monkeypatch.setattr(EmbeddingCache, "_query", lambda self, *a, **k: queries.append(a) or real(self, *a, **k))
+    got = cache.lookup(FP, list(new))
+    assert not queries and list(got) == list(new)
+    np.testing.assert_allclose(got[h("fresh")], fake_vector("fresh"))
+    both = cache.lookup(FP, [*old, *new, "unknown"])  # the others from the shards, in one query
+    assert len(queries) == 1 and set(both) == set(old) | set(new)
+    for k, t in old.items():
+        np.testing.assert_allclose(both[k], fake_vector(t))
+    assert cache.lookup("fedcba9876543210", list(new)) == {}  # another fingerprint's folder
