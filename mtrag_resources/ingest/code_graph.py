@@ -44,7 +44,8 @@ _COUNTS: dict[str, dict[str, int]] = {}
 def keep_resolutions() -> None:
     """This process resolves its sources again and again (`mtrag watch`): from now on a resolution
     records what each call read and reuses the last one's results where those reads still hold
-    (measured at django's size: +0.2 s on a resolution from scratch, ~0.5 s less on the next)."""
+    (bench/graph_reuse.py on django: 0.34 s a resolution after a one-file edit against 0.99 s from
+    scratch; recording costs a resolution from scratch ~7%)."""
     global _KEEP_RESOLUTIONS
     _KEEP_RESOLUTIONS = True
 
