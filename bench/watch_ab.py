@@ -1,7 +1,7 @@
 """`mtrag watch` latency of two code trees alternating on one built home (bench/watch_latency.py run
 from each tree's own folder): a speed-up as a ratio measured in one run, as bench/cli_change_ab.py
 does for `mtrag build`. Each run appends --edits functions to --code-file and removes two docs
-files (put back afterwards: the next watch's start converges them, outside the clock).
+files (both put back afterwards: the next watch's start converges them, outside the clock).
 
     git worktree add /tmp/base HEAD~1
     python bench/watch_ab.py --base /tmp/base [--rounds 2] [--work bench/out/build-work]
@@ -74,7 +74,10 @@ def main() -> None:
             for name in (("base", "head") if r % 2 == 0 else ("head", "base")):
                 docs = sorted(p for p in (corpus / args.docs_dir).glob(args.docs_glob)
                               if p.stat().st_size > 2000 and "index" not in p.name)[:2]
-                kept = [(p, shutil.copy2(p, scratch / p.name)) for p in docs]
+                # the removed docs and the appended code file are put back, so that every run (and
+                # the next bench on this home) starts from the corpus as it was
+                code = corpus / args.code_file
+                kept = [(p, shutil.copy2(p, scratch / f"{i}-{p.name}")) for i, p in enumerate([*docs, code])]
                 try:
                     result = run_tree(trees[name], args, docs, scratch / f"{name}-{r}.json")
                 finally:
