@@ -36,8 +36,8 @@ _LAST_IDS: dict[str, dict[tuple, str]] = {}
 # whose reads of the symbol tables did not change resolves as before.
 _LAST_CALLS: dict[str, tuple["_Resolver", dict[tuple, tuple[list[str], bool, frozenset]]]] = {}
 _KEEP_RESOLUTIONS = False  # keep_resolutions()
-# Per source, the last resolution's count of distinct calls and of those it took from the one
-# before (resolution_counts: the graph stage's metadata shows whether the reuse works).
+# Per source, the last resolution's distinct calls resolved and those it took from the one before
+# (resolution_counts: the graph stage's metadata shows whether the reuse works).
 _COUNTS: dict[str, dict[str, int]] = {}
 
 
@@ -51,8 +51,8 @@ def keep_resolutions() -> None:
 
 
 def resolution_counts(source_id: str) -> dict[str, int]:
-    """{"call_keys": distinct calls resolved or reused, "calls_reused": taken from the last
-    resolution} of this process's last resolution of the source ({} before any)."""
+    """{"calls_resolved": distinct calls resolved, "calls_reused": taken from the resolution
+    before} of this process's last resolution of the source ({} before any)."""
     return dict(_COUNTS.get(source_id, {}))
 
 
@@ -161,7 +161,7 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
         return resolve_code_graph(source_id, parsed, reuse=False)
     _LAST_EDGES[source_id] = edges
     _LAST_IDS[source_id] = ids
-    _COUNTS[source_id] = {"call_keys": len(resolved), "calls_reused": reused}
+    _COUNTS[source_id] = {"calls_resolved": len(resolved) - reused, "calls_reused": reused}
     if resolver.order_dependent or "go" in resolver.language.values():
         _LAST_CALLS.pop(source_id, None)  # Go's package imports take what the calls used: whole
     elif reuse:
@@ -256,8 +256,9 @@ class _Resolver:
         if "go" in self.language.values() or "go" in old.language.values():
             return None
         changed: set = set()
-        def differ(kind: str, a: dict, b: dict) -> None:
-            changed.update((kind, k) for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        def differ(kind: str, a: dict, b: dict) -> None:  # a tuple key is the token's tail
+            changed.update((kind, *k) if type(k) is tuple else (kind, k)
+                           for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         mine = {qn: (n.node_id, n.label) for qn, n in self.by_qn.items()}
         theirs = {qn: (n.node_id, n.label) for qn, n in old.by_qn.items()}
         changed.update(("qn", qn) for qn, _ in mine.items() ^ theirs.items())
@@ -266,10 +267,8 @@ class _Resolver:
         differ("star", self.stars, old.stars)
         differ("bases", self.class_bases, old.class_bases)
         differ("mi", self.module_index, old.module_index)
-        changed.update(("meth", *k) for k in self.methods_by_name.keys() | old.methods_by_name.keys()
-                       if self.methods_by_name.get(k) != old.methods_by_name.get(k))
-        changed.update(("pkg", *k) for k in self.package.keys() | old.package.keys()
-                       if self.package.get(k) != old.package.get(k))
+        differ("meth", self.methods_by_name, old.methods_by_name)
+        differ("pkg", self.package, old.package)
         if self.bases_appended != old.bases_appended:
             changed.add(("bpass",))
         if changed or self.language != old.language:

@@ -114,7 +114,6 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         "change_log": logged,
         # distinct calls resolved, and those a long-lived process (the watch) took from its last
         # resolution because the symbol-table entries they read did not change
-        **({"calls_resolved": counts["call_keys"] - counts["calls_reused"], "calls_reused": counts["calls_reused"]}
-           if (counts := resolution_counts(spec.id)) else {}),
+        **resolution_counts(spec.id),
     })
     return StageResult(data_version=digest, metadata=meta, value=(nodes, relations, references))
