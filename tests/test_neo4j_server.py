@@ -155,10 +155,10 @@ def test_memory_settings_reach_the_server_conf(tmp_path, monkeypatch):
     server = Neo4jServer(Settings(home=tmp_path))
     server.write_conf(7687)
     conf = server.conf_file.read_text()
-    assert "server.memory.pagecache.size=64m" in conf and "server.memory.heap.max_size=512m" in conf
+    assert "server.memory.pagecache.size=64m" in conf and "server.memory.heap.max_size=1g" in conf
     monkeypatch.setenv("MTRAG_NEO4J_PAGECACHE", "512m")  # a graph whose store files outgrow 64 MB
-    monkeypatch.setenv("MTRAG_NEO4J_HEAP", "1g")
+    monkeypatch.setenv("MTRAG_NEO4J_HEAP", "2g")
     server = Neo4jServer(Settings(home=tmp_path))
     server.write_conf(7687)
     conf = server.conf_file.read_text()
-    assert "server.memory.pagecache.size=512m" in conf and "server.memory.heap.max_size=1g" in conf
+    assert "server.memory.pagecache.size=512m" in conf and "server.memory.heap.max_size=2g" in conf

@@ -41,7 +41,7 @@ ENVIRONMENT: dict[str, Variable] = {
     "NEO4J_USER": Variable("none", "the Neo4j user"),
     "NEO4J_PASSWORD": Variable("none", "the Neo4j password"),
     "MTRAG_NEO4J_VERSION": Variable("the pinned version", "the local Neo4j Community version"),
-    "MTRAG_NEO4J_HEAP": Variable("512m", "the local Neo4j's Java heap"),
+    "MTRAG_NEO4J_HEAP": Variable("1g", "the local Neo4j's Java heap"),
     "MTRAG_NEO4J_PAGECACHE": Variable("64m", "the local Neo4j's page cache (the store files it keeps in memory)"),
     "MTRAG_NEO4J_JIT": Variable("tiered", "the local Neo4j's JIT mode (tiered, c1)"),
     "MTRAG_NEO4J_BOLT_PORT": Variable("a free port", "the local Neo4j's Bolt port"),
