@@ -29,7 +29,7 @@ def cas_chunks(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.Ma
     A code child is embedded as its name's words + its source (`embed_hash`); `@overload` stubs
     fold into their implementation's chunk, other declaration-only code is flagged `declaration`."""
     result = build_cas_chunks(mtrag.settings(), mtrag.spec(context.partition_key))
-    for warning in result.metadata.get("warnings", [])[:20]:
+    for warning in result.metadata.get("new_warnings", [])[:20]:  # "warnings": every file's, kept ones too
         context.log.warning(warning)
     return materialize_result(result, {
         "dagster/row_count": result.metadata["chunks"],

@@ -271,6 +271,9 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             {"code_version": CODE_VERSIONS["cas_chunks"], "files": index}).encode())
         _remove_unused_facts(layout, {e["key"] for e in index.values()})
     warnings = [w for path in sorted(index) for w in index[path]["warnings"]]
+    # what the files parsed by this run warned: the asset logs these, not every kept file's again
+    # (a watch printed django's two long modules' warnings on every batch)
+    new_warnings = [w for path in sorted(index) if path not in kept for w in index[path]["warnings"]]
     # Documents that give no text (a scanned, encrypted or unreadable PDF): the snapshot's, and any
     # this stage found with no text on any page; none of them has a chunk.
     skipped_docs = {f.path: f.reason for f in inventory.skipped if is_pdf_skip(f.reason)}
@@ -294,6 +297,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "skipped_documents": dict(sorted(skipped_docs.items())[:50]),
         "warnings": warnings[:50],
         "warning_count": len(warnings),
+        "new_warnings": new_warnings[:50],
         "generation": generation,
         "change_log": describe_changes(logged),
         "table_parts_written": f"{written['written']} of {written['parts']} ({written['bytes_written']} bytes)",
