@@ -36,7 +36,9 @@ one on the same server, so the two can be compared within one run on a shared ma
     python bench/neo4j_projection.py --source-sdist django==5.2.19 [--repeat 3] [--fresh] [--compare FILE]
 
 Uses NEO4J_URI when set, else the local server of $MTRAG_HOME (started if needed, and stopped again
-afterwards when this script started it, unless --keep). --fresh starts a private server under a
+afterwards when this script started it, unless --keep); with --source-sdist it refuses a server that
+holds a build of the same source (a home that built django) or another source's nodes with the
+graph's node ids, which it would overwrite and then delete. --fresh starts a private server under a
 temporary home instead (cold JVM, empty database, no query plans cached) and removes it afterwards."""
 from __future__ import annotations
 
@@ -291,6 +293,8 @@ def main_sdist(args) -> int:
     try:
         for store in stores.values():
             store.ensure_schema()
+        if not args.fresh:
+            _refuse_to_clobber(stores["current"], source, [n.node_id for n in nodes[:500]], uri)
         result = sdist_rounds(stores, source, (nodes, rels, chunks), (nodes2, rels2, chunks2), args.repeat,
                               server_pid, cold_first=started_here, compare_first=args.compare_first)
         counts = stores["current"].counts(source)
@@ -326,6 +330,22 @@ def main_sdist(args) -> int:
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"wrote {out}")
     return 0
+
+
+def _refuse_to_clobber(store: Neo4jStore, source: str, node_ids: list[str], uri: str) -> None:
+    """Exit before writing when the server holds a build's graph this run would overwrite and then
+    delete: the source id itself (a home that built django has a `django` projection), or nodes
+    with these ids owned by another source (a node_id is unique: the write takes them over). It
+    happened: a run on the django scale home's server cost that home a 14 s rewrite of its graph."""
+    marker = store.marker(source)
+    if marker is not None and not re.fullmatch(r"r\d+-g\d+", marker.generation or ""):
+        raise SystemExit(f"{uri} holds source {source!r} of a build (generation {marker.generation}); this bench "
+                         "would overwrite and then delete it: use --fresh (a private server) or a scratch NEO4J_URI")
+    owners = store._read("UNWIND $ids AS id MATCH (n:Entity {node_id: id}) WHERE n.source_id <> $sid "
+                         "RETURN DISTINCT n.source_id AS sid LIMIT 5", ids=node_ids, sid=source)
+    if owners:
+        raise SystemExit(f"{uri} holds nodes of {sorted(r['sid'] for r in owners)} with this graph's node ids; "
+                         "this bench would take them over and then delete them: use --fresh or a scratch NEO4J_URI")
 
 
 def _connect(args):
