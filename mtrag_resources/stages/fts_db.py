@@ -6,6 +6,8 @@ is an alias of its handler's chunk, and each issue of an issues source (`#12`, `
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,8 +17,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts
 from mtrag_resources.core.versions import CODE_VERSIONS
-from mtrag_resources.stores.fts_query import (derive_aliases, endpoint_aliases, file_anchors, issue_aliases,
-                                              source_alias)
+from mtrag_resources.stores.fts_query import (delta_aliases, derive_aliases, endpoint_aliases, file_anchors,
+                                              issue_aliases, rows_to_rewrite, source_alias)
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
 from mtrag_resources.stores.tables import read_shared, read_table, table_exists
 from mtrag_resources.stages.common import StageResult, digest_json, projected_tables, timed
@@ -75,28 +77,53 @@ def _snapshot_version() -> dict:
 
 def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, input_sha: str,
                  rows: list[dict], endpoints: list, cas: ContentStore, snapshot: ProjectedTables) -> dict | None:
-    """Rewrite only the files whose chunk rows changed since the chunk table the store last
-    committed (their rows, FTS entries and per-file aliases); None where only a full write is right."""
+    """Rewrite only the chunk rows that changed since the chunk table the store last committed
+    (their FTS entries and aliases; a parent whose having children changed too), and the changed
+    files' own aliases; None where only a full write is right. An edit of one function of a long
+    module rewrote all the module's rows before (django's text.py: 48 rows for one appended)."""
     last = snapshot.base_for(generation, _snapshot_version(), {"chunks": layout.chunks})
     if last is None:
         return None
     delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id", "file_path"))
     files = set(delta.changed.column("file_path").to_pylist()) | {k[1] for k in delta.removed}
-    old = read_table(last.tables["chunks"], columns=["chunk_id", "file_path"])
-    old = old.filter(pc.is_in(old["file_path"], value_set=pa.array(sorted(files), type=pa.string())))
-    changed = [dict(r) for r in rows if r["file_path"] in files]
-    for r in changed:
-        r["text"] = cas.get_text(r["content_hash"])
-    aliases = derive_aliases(changed)  # per file; the source-wide ones follow
-    anchors = file_anchors(rows)
-    if anchors:
-        aliases.append(source_alias(anchors, source_id))
+    old = read_table(last.tables["chunks"], columns=["chunk_id", "file_path", "role", "parent_id"])
+    old = old.filter(pc.is_in(old["file_path"], value_set=pa.array(sorted(files), type=pa.string()))).to_pylist()
+    plan = plan_delta(source_id, rows, old, delta.changed.column("chunk_id").to_pylist(),
+                      [k[0] for k in delta.removed], lambda r: cas.get_text(r["content_hash"]))
     stats = store.write_source_delta(source_id, generation, input_sha, (last.generation, last.extra.get("input_sha256")),
-                                     old.column("chunk_id").to_pylist(), changed, aliases + endpoints,
-                                     SOURCE_WIDE_KINDS)
+                                     plan.drop, plan.rows, plan.aliases + endpoints, SOURCE_WIDE_KINDS,
+                                     refiled_chunk_ids=plan.refiled)
     if stats is not None:
         stats["delta_read"] = delta.via  # the change log's difference, or the tables compared
     return stats
+
+
+@dataclass
+class DeltaPlan:
+    """What write_source_delta gets for a change (see plan_delta)."""
+    drop: list[str]            # chunk ids whose rows, FTS entries and own aliases go
+    rows: list[dict]           # the rows (with their text) written again or new
+    aliases: list[tuple]       # their aliases, the changed files' own and the source's id
+    refiled: list[str]         # the changed files' chunk ids before: their file aliases go
+
+
+def plan_delta(source_id: str, rows: list[dict], old_file_rows: list[dict], changed_ids: list[str],
+               removed_ids: list[str], text_of: Callable[[dict], str]) -> DeltaPlan:
+    """A change as rows to rewrite: `rows` the source's chunk rows now, `old_file_rows` the rows
+    before (chunk_id, file_path, role, parent_id) of every file with a changed or removed row,
+    `changed_ids` the rows new or different, `removed_ids` the rows gone. Only the rewritten rows'
+    texts are read (`text_of`)."""
+    changed = set(changed_ids)
+    files = {r["file_path"] for r in old_file_rows} | {r["file_path"] for r in rows if r["chunk_id"] in changed}
+    file_rows = [r for r in rows if r["file_path"] in files]
+    rewrite = rows_to_rewrite(file_rows, old_file_rows, changed)
+    file_rows = [dict(r, text=text_of(r)) if r["chunk_id"] in rewrite else r for r in file_rows]
+    aliases = delta_aliases(file_rows, rewrite)
+    anchors = file_anchors(rows)
+    if anchors:
+        aliases.append(source_alias(anchors, source_id))
+    return DeltaPlan(drop=sorted(rewrite | set(removed_ids)), rows=[r for r in file_rows if r["chunk_id"] in rewrite],
+                     aliases=aliases, refiled=[r["chunk_id"] for r in old_file_rows])
 
 
 def _endpoint_aliases(layout: SourceLayout) -> list[tuple[str, str, str]]:

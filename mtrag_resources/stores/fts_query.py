@@ -410,6 +410,28 @@ def derive_aliases(rows: list[dict], source_id: str = "") -> list[tuple[str, str
     return out
 
 
+# The aliases of a file as a whole (anchored at one of its rows, file_anchors), not of one row.
+FILE_ALIAS_KINDS = ("file_path", "basename")
+
+
+def rows_to_rewrite(new_rows: list[dict], old_rows: list[dict], changed_ids: Iterable[str]) -> set[str]:
+    """The chunk ids a delta of some files rewrites (row, FTS entries, own aliases): the rows that
+    changed, and the parents whose having children changed, since derive_aliases gives a parent
+    with children no issue keys. `new_rows` and `old_rows`: those files' rows now and before (role,
+    parent_id, chunk_id)."""
+    def with_children(rows: list[dict]) -> set:
+        return {r.get("parent_id") for r in rows if r.get("role") == "child"}
+    flipped = with_children(new_rows) ^ with_children(old_rows)
+    return set(changed_ids) | {r["chunk_id"] for r in new_rows if r["chunk_id"] in flipped}
+
+
+def delta_aliases(file_rows: list[dict], rewrite: set[str]) -> list[tuple[str, str, str]]:
+    """The aliases a delta inserts for some files: the rewritten rows' own (derive_aliases over all
+    the files' rows, so a parent sees its children; only rewritten rows need their text) and the
+    files' own (FILE_ALIAS_KINDS, re-anchored). The source-wide ones are the caller's."""
+    return [a for a in derive_aliases(file_rows) if a[2] in rewrite or a[1] in FILE_ALIAS_KINDS]
+
+
 def file_anchors(rows: list[dict]) -> dict[str, dict]:
     """Each file's anchor row: its file/module/page/document chunk, else a row without parent,
     else its first row by line (no text needed)."""

@@ -47,6 +47,7 @@ from mtrag_resources.stores.fts_query import (
     ALIAS_KIND_RANK,
     BM25_WEIGHTS,
     FTS_COLUMNS,
+    FILE_ALIAS_KINDS,
     QueryPlan,
     build_query,
     derive_aliases,
@@ -320,12 +321,14 @@ class FtsStore:
 
     def write_source_delta(self, source_id: str, generation: str, input_sha256: str,
                            base: tuple[str, str], drop_chunk_ids: Iterable[str], rows: Sequence[dict],
-                           aliases: Iterable[tuple[str, str, str]], replaced_kinds: Sequence[str]) -> dict | None:
+                           aliases: Iterable[tuple[str, str, str]], replaced_kinds: Sequence[str],
+                           refiled_chunk_ids: Iterable[str] = ()) -> dict | None:
         """Apply one source's change since `base` ((generation, input sha256) the store must hold,
         committed; else None and nothing is written): delete the rows `drop_chunk_ids` names (with
-        their FTS entries and aliases) and the source's aliases of `replaced_kinds` (the ones
-        derived from the whole source), insert `rows` and `aliases`; one transaction, under the same
-        begin/committed marker and meta as write_source."""
+        their FTS entries and aliases), the source's aliases of `replaced_kinds` (the ones derived
+        from the whole source) and the file aliases (FILE_ALIAS_KINDS) anchored at
+        `refiled_chunk_ids` (the changed files' rows before), insert `rows` and `aliases`; one
+        transaction, under the same begin/committed marker and meta as write_source."""
         t0 = time.perf_counter()
         conn = self._conn
         marker = self.marker(source_id)
@@ -345,6 +348,14 @@ class FtsStore:
             conn.execute(f"DELETE FROM exact_aliases WHERE source_id = ? AND (alias_kind IN ({kinds}) OR "
                          "chunk_id IN (SELECT chunk_id FROM temp.mtrag_drop_ids))", (source_id, *replaced_kinds))
             conn.execute("DELETE FROM temp.mtrag_drop_ids")
+            refiled = sorted(set(refiled_chunk_ids))
+            if refiled:
+                conn.executemany("INSERT OR IGNORE INTO temp.mtrag_drop_ids(chunk_id) VALUES (?)",
+                                 [(c,) for c in refiled])
+                file_kinds = ", ".join("?" * len(FILE_ALIAS_KINDS))
+                conn.execute(f"DELETE FROM exact_aliases WHERE source_id = ? AND alias_kind IN ({file_kinds}) AND "
+                             "chunk_id IN (SELECT chunk_id FROM temp.mtrag_drop_ids)", (source_id, *FILE_ALIAS_KINDS))
+                conn.execute("DELETE FROM temp.mtrag_drop_ids")
             self._insert_rows(conn, source_id, records, alias_records)
             child_rows, parent_rows, alias_rows = self._commit_meta(conn, source_id, generation, input_sha256)
         secs = time.perf_counter() - t0
