@@ -11,7 +11,7 @@ from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, 
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, identity, record_row_changes
 from mtrag_resources.stores.bucketed import Bucketing
-from mtrag_resources.stores.tables import commit_file, value_counts, write_rows, write_rows_changed
+from mtrag_resources.stores.tables import commit_file, value_counts, write_row_groups, write_rows, write_rows_changed
 from mtrag_resources.stages.cas_chunks import load_parsed_files
 from mtrag_resources.stages.common import StageResult, digest_file, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -99,7 +99,8 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
             logged[path.stem] = describe_changes(record_row_changes(path, base, pk, changes))
         for legacy in _LEGACY_TABLES:
             (layout.graph / legacy).unlink(missing_ok=True)
-        write_rows(layout.references, references, DocReference)
+        # one list per file: a watch batch converts the changed files' references only
+        write_row_groups(layout.references, [p.references for _, p in parsed], DocReference)
         imports = import_rows(parsed)
         write_rows(layout.imports, imports)
     digest = "".join(digest_file(commit_file(p))[:16] for p in (layout.nodes, layout.relations, layout.references, layout.imports))

@@ -406,6 +406,82 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
     return changes
 
 
+# Per table write_row_groups wrote: (its identity, the group lists it wrote, their Arrow table).
+_GROUPS: dict[str, tuple[tuple, list[list], pa.Table]] = {}
+
+
+def write_row_groups(path: Path, groups: list[list], row_type: type) -> int:
+    """write_rows of the groups' rows one after another (a stage's rows, one list per file, in file
+    order; a single Parquet file). A group that is the very list this process wrote last time
+    takes its rows from that table as they are, so only the changed groups become Arrow columns
+    (django's docs: 30k references converted on every watch batch that changed one file, ~0.14 s).
+    The table is the one write_rows writes for the same rows; unchanged groups write nothing."""
+    path = Path(path)
+    name = str(path.resolve())
+    rows = [r for group in groups for r in group]
+    held = _GROUPS.get(name)
+    table = None
+    if held is not None and held[0] == _identity(path) and rows and type(rows[0]) is row_type:
+        table = _regrouped(held[1], held[2], groups)
+        if table is True:  # every group is the one written: the file holds these rows
+            return len(rows)
+    if table is None:
+        columns, flat = _dataclass_columns(rows)
+        if columns is None or not flat or type(rows[0]) is not row_type:
+            _GROUPS.pop(name, None)
+            return write_rows(path, rows, row_type)
+        table = pa.table(columns)
+    write_table(path, table)
+    _remember(path, rows, row_type)
+    _GROUPS[name] = (_identity(path), list(groups), table)
+    return len(rows)
+
+
+def _regrouped(old_groups: list[list], old: pa.Table, groups: list[list]) -> pa.Table | bool | None:
+    """The table of `groups` from the held one's slices and new columns for the changed groups;
+    True where nothing changed; None where the parts do not make one table (a column whose type
+    a changed group alters, rows that are not plain instances)."""
+    at, pos = {}, 0
+    for group in old_groups:
+        at[id(group)] = (pos, len(group))
+        pos += len(group)
+    if len(groups) == len(old_groups) and all(a is b for a, b in zip(groups, old_groups)):
+        return True
+    parts: list = []
+    for group in groups:
+        slot = at.get(id(group))
+        if slot is not None and slot[1] == len(group):
+            parts.append(old.slice(*slot))
+        elif group:
+            columns, flat = _dataclass_columns(group)
+            if columns is None or not flat:
+                return None
+            parts.append(pa.table(columns))
+    return _as_inferred(parts) if parts else None
+
+
+def _as_inferred(parts: list[pa.Table]) -> pa.Table | None:
+    """The parts as one table with the types pa.table infers from all their values at once: a
+    column is null-typed exactly where every value is None, else of its one non-null type (a
+    kept slice of a held table keeps the type the other rows gave it). None where the parts
+    disagree otherwise, or a list column has no item to type it by."""
+    names = parts[0].schema.names
+    fields = []
+    for name in names:
+        types = {p.schema.field(name).type for p in parts} - {pa.null()}
+        if len(types) > 1:
+            return None
+        fields.append(pa.field(name, types.pop() if types else pa.null()))
+    table = pa.concat_tables([p.cast(pa.schema(fields)) for p in parts])
+    for i, field in enumerate(fields):
+        column = table.column(i)
+        if pa.types.is_list(field.type) and len(pc.list_flatten(column)) == 0:
+            return None
+        if not pa.types.is_null(field.type) and column.null_count == table.num_rows:
+            table = table.set_column(i, pa.field(field.name, pa.null()), pa.nulls(table.num_rows))
+    return table
+
+
 def hold_arrow(path: Path) -> None:
     """Read the table once into the Arrow form write_rows_changed merges into (a long-lived writer's
     warm-up: its first merge then reads no file); nothing where there is no table."""
