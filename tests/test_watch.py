@@ -198,6 +198,11 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
     reused = [r.asset_materialization.metadata["calls_reused"].value for r in graphs
               if not r.run_id and "calls_reused" in r.asset_materialization.metadata]
     assert reused and max(reused) > 0, reused
+    # ... and its links stage kept the reference resolutions whose index entries did not change
+    links = instance.fetch_materializations(dg.AssetKey("cross_source_links"), limit=20).records
+    kept = [r.asset_materialization.metadata["targets_kept"].value for r in links
+            if not r.run_id and "targets_kept" in r.asset_materialization.metadata]
+    assert kept and max(kept) > 0, kept
     manifests = instance.fetch_materializations(dg.AssetKey("index_manifest"), limit=50).records
     assert any((r.asset_materialization.tags or {}).get("mtrag/batch") in batches for r in manifests)
     check = instance.event_log_storage.get_asset_check_execution_history(

@@ -26,6 +26,10 @@ class SymbolIndex:
     bases: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # class qn -> base qns
     files: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))  # file path -> File nodes
     file_names: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))  # basename -> File nodes
+    # While a resolution is recorded (resolve_links' `reads`): the entries it read, as tokens
+    # (table, key); an entry read absent counts too. changed_reads gives the tokens two indexes
+    # answer differently, so a resolution whose tokens meet none of them holds on the new index.
+    reads: list | None = field(default=None, repr=False, compare=False)
 
     def add_nodes(self, nodes: list[GraphNode]) -> None:
         for n in nodes:
@@ -41,6 +45,8 @@ class SymbolIndex:
         path = path.strip().lstrip("/").removeprefix("./")
         if not path:
             return []
+        if self.reads is not None:
+            self.reads += [("files", path), ("file_names", posixpath.basename(path))]
         if path in self.files:
             return self.files[path]
         return [n for n in self.file_names.get(posixpath.basename(path), []) if n.qualified_name.endswith("/" + path)]
@@ -61,6 +67,8 @@ class SymbolIndex:
             self.exports.setdefault(f"{module}.{local}", target)
 
     def lookup(self, qn: str, depth: int = 0) -> list[GraphNode]:
+        if self.reads is not None:
+            self.reads += [("by_qn", qn), ("exports", qn)]
         if qn in self.by_qn:
             return self.by_qn[qn]
         if depth < 4 and qn in self.exports and self.exports[qn] != qn:
@@ -69,6 +77,8 @@ class SymbolIndex:
         head, _, tail = qn.rpartition(".")
         if head and depth < 4:
             for owner in self.lookup(head, depth + 1):
+                if self.reads is not None:
+                    self.reads.append(("by_qn", f"{owner.qualified_name}.{tail}"))
                 found = self.by_qn.get(f"{owner.qualified_name}.{tail}")
                 if found:
                     return found
@@ -79,10 +89,14 @@ class SymbolIndex:
 
     def _inherited(self, class_qn: str, member: str, seen: set | None = None) -> list[GraphNode]:
         seen = seen or set()
+        if self.reads is not None:
+            self.reads.append(("bases", class_qn))
         for base in self.bases.get(class_qn, []):
             if base in seen:
                 continue
             seen.add(base)
+            if self.reads is not None:
+                self.reads.append(("by_qn", f"{base}.{member}"))
             found = self.by_qn.get(f"{base}.{member}") or self._inherited(base, member, seen)
             if found:
                 return found
@@ -90,8 +104,32 @@ class SymbolIndex:
 
     def suffix(self, dotted: str) -> list[GraphNode]:
         last = dotted.rsplit(".", 1)[-1]
+        if self.reads is not None:
+            self.reads.append(("by_short", last))
         return [n for n in self.by_short.get(last, [])
                 if n.qualified_name == dotted or n.qualified_name.endswith("." + dotted)]
+
+
+_READ_TABLES = ("by_qn", "by_short", "exports", "bases", "files", "file_names")
+
+
+def changed_reads(old: SymbolIndex, new: SymbolIndex) -> set[tuple[str, str]]:
+    """The tokens (table, key) whose entries differ between two indexes, a key one has and the
+    other not included (an empty entry counts as none). Nodes compare by value, so an unchanged
+    source's nodes read again compare equal."""
+    changed = set()
+    for table in _READ_TABLES:
+        a, b = getattr(old, table), getattr(new, table)
+        changed.update((table, k) for k in a.keys() | b.keys() if (a.get(k) or None) != (b.get(k) or None))
+    return changed
+
+
+def kept_resolutions(old: SymbolIndex, new: SymbolIndex, resolved: dict, reads: dict) -> tuple[dict, dict]:
+    """The resolutions made on `old` (and their read tokens) that hold on `new`: those whose tokens
+    name no entry that changed."""
+    changed = changed_reads(old, new)
+    kept = [key for key, tokens in reads.items() if not tokens & changed]
+    return {key: resolved[key] for key in kept}, {key: reads[key] for key in kept}
 
 
 def clean_target(target: str) -> str:
@@ -114,6 +152,8 @@ def resolve_reference(index: SymbolIndex, ref: DocReference) -> list[GraphNode]:
             return _unique(found)
     # Plain code spans of a bare short name are too weak for a suffix guess over the whole index.
     if ref.ref_kind == "code_span" and "." not in target:
+        if index.reads is not None:
+            index.reads.append(("by_qn", target))
         return _unique(index.by_qn.get(target, []))
     return _unique(index.suffix(target))
 
@@ -143,11 +183,12 @@ def link_for(ref: DocReference, candidates: list[GraphNode], confidence_override
 
 
 def resolve_links(index: SymbolIndex, references: list[DocReference], resolved: dict | None = None,
-                  evidence: dict[str, str] | None = None,
-                  made: dict | None = None) -> tuple[list[GraphRelation], int]:
+                  evidence: dict[str, str] | None = None, made: dict | None = None,
+                  reads: dict | None = None) -> tuple[list[GraphRelation], int]:
     """Links (deduplicated by id, VERIFIED winning over INFERRED) and the count of unresolved refs.
     `resolved`: the resolutions already made on this very index (filled in as it goes).
     `evidence`: chunk id -> content hash, each link's evidence_hash (else its chunk id).
+    `reads`: filled with each new resolution's read tokens by its key (SymbolIndex.reads).
     `made`: the caller's memo of the links this made last, by reference, replaced by this call's:
     a reference (the same object: read_shared gives an unchanged table's very rows) resolved to
     the same nodes with the same evidence keeps its link object, so no id is hashed again and the
@@ -161,7 +202,15 @@ def resolve_links(index: SymbolIndex, references: list[DocReference], resolved: 
         key = (ref.ref_kind, ref.target, ref.module_context)
         candidates = resolved.get(key)
         if candidates is None:
-            candidates = resolved[key] = resolve_reference(index, ref)
+            if reads is None:
+                candidates = resolved[key] = resolve_reference(index, ref)
+            else:  # recorded: the next index keeps this resolution where these entries are the same
+                index.reads = []
+                try:
+                    candidates = resolved[key] = resolve_reference(index, ref)
+                    reads[key] = frozenset(index.reads)
+                finally:
+                    index.reads = None
         if not candidates:
             unresolved += 1
             continue

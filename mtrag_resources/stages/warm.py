@@ -3,7 +3,8 @@ batch costs what the later ones do: every watched source's graph facts, decoded 
 (cas_chunks' memos), its chunk and graph tables as shared rows and the graph tables' Arrow form
 for write_rows_changed's merge (stores/tables.py), the code graph's last resolution
 (ingest/code_graph.py: its edges and their ids, and from now on what each call read, so that the
-next resolution reuses the calls whose reads still hold), and DuckDB for the stores' table diffs. Measured
+next resolution reuses the calls whose reads still hold; the links stage's references likewise),
+and DuckDB for the stores' table diffs. Measured
 on the bench corpus: the first batch took 1.15 s against 0.62 s for the next ones, and its
 save-to-visible latency was the p95 of ten edits."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from mtrag_resources.ingest.code_graph import keep_resolutions
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.canonical_graph import assemble_graph
 from mtrag_resources.stages.cas_chunks import load_facts, load_parsed_files
+from mtrag_resources.stages.cross_source_links import keep_link_resolutions
 from mtrag_resources.stores.tables import hold_arrow, read_shared, table_exists
 
 
@@ -23,6 +25,7 @@ def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[Sour
     sources' `specs`, each built source's code graph is resolved once too (nothing is written)."""
     loaded = 0
     keep_resolutions()
+    keep_link_resolutions()
     by_id = {s.id: s for s in specs or []}
     for sid in source_ids:
         layout = SourceLayout(settings, sid)
