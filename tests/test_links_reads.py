@@ -84,5 +84,6 @@ def test_links_from_partial_reads_equal_links_from_held_tables(tmp_path):
     assert [(l.src_id, l.dst_id, l.confidence, l.evidence_hash) for l in fresh] == [
         ("chunk:d2", "shop:shop.tax.Rate", "INFERRED", "h-d2"),
         ("chunk:d1", "shop:shop.tax.apply_tax", "VERIFIED", "h-d1")]
-    assert fresh_stats == {"references": 1, "unresolved": 0, "proposals_used": 1}
+    assert fresh_stats == {"references": 1, "unresolved": 0, "proposals_used": 1, "targets_resolved": 1,
+                           "targets_kept": 0}
     assert tables.cached_rows(SourceLayout(settings, "shop").chunks) is None  # two columns read, not decoded
