@@ -7,10 +7,9 @@ import warnings
 
 import dagster as dg
 
-from mtrag_resources.publish.checks import check_parents
+from mtrag_resources.publish.checks import check_parents, checked_rows
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.publish.views import check_one
-from mtrag_resources.stores.tables import read_shared
 
 from mtrag_assets.cas_chunks import cas_chunks
 from mtrag_assets.fts_db import fts_db
@@ -71,7 +70,7 @@ def counts_reconcile(context, mtrag: MtragResource) -> dg.AssetCheckResult:
 @dg.asset_check(asset=cas_chunks, blocking=True, partitions_def=sources_partitions,
                 description="Every chunk's parent_id names a chunk of the same source.")
 def no_dangling_parents(context, mtrag: MtragResource) -> dg.AssetCheckResult:
-    rows = read_shared(SourceLayout(mtrag.settings(), context.partition_key).chunks)
+    rows = checked_rows(SourceLayout(mtrag.settings(), context.partition_key).chunks)
     return _result(check_parents(context.partition_key, rows))
 
 

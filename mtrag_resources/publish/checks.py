@@ -9,7 +9,7 @@ from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.core.models import cjk_children, vector_hash
-from mtrag_resources.stores.tables import read_shared
+from mtrag_resources.stores.tables import cached_rows, read_schema, read_table
 
 CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")
 
@@ -35,9 +35,24 @@ class StoreView:
     qdrant_ml_points: int | None = None  # the multilingual collection's points (None: not counted)
 
 
+# What the checks read of a chunk row (vector_hash, cjk_children, check_parents, the counts).
+CHECKED_COLUMNS = ("chunk_id", "parent_id", "role", "script", "embed_hash", "content_hash")
+
+
+def checked_rows(path) -> list[dict]:
+    """The chunk table's rows as the checks read them: the decoded rows this process holds (the
+    stages' shared ones), else those columns only (a CLI publish decoded every column of each
+    source it did not build: Django's docs, ~10k rows)."""
+    held = cached_rows(path)
+    if held is not None:
+        return held
+    names = set(read_schema(path).names)  # an older table may lack a column (script, embed_hash)
+    return read_table(path, columns=[c for c in CHECKED_COLUMNS if c in names]).to_pylist()
+
+
 def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerprint_id: str, dim: int,
                  ml_fingerprint_id: str | None = None) -> list[CheckOutcome]:
-    rows = read_shared(SourceLayout(settings, spec.id).chunks)
+    rows = checked_rows(SourceLayout(settings, spec.id).chunks)
     generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
     return [check_markers(spec.id, view, generation), check_counts(spec.id, view, rows),
             check_embedder(settings, spec.id, view, rows, fingerprint_id, dim, ml_fingerprint_id),
