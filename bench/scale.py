@@ -15,6 +15,8 @@ embedded defaults, each step its own process:
              the slowest query around the switch, and the first query that saw the new generation
   watch      `mtrag watch` beside `mtrag serve`: appends to django/utils/text.py and three docs
              removals, each timed from the save to its visibility (bench/watch_latency.py)
+  At the end the changed and removed files are put back as the rounds found them and built, so a
+  --reuse run starts from the same corpus (they used to accumulate: appended functions, removed docs).
 
 Usage: python bench/scale.py [--work bench/out/scale-work] [--out bench/out/scale.json] [--reuse]
 """
@@ -87,8 +89,12 @@ def timed_build(env: dict) -> dict:
     return {"wall": run["wall"], "peak_rss_mb": run["peak_rss_mb"], **publish_figures(env)}
 
 
-def edit_rounds(corpus: Path, env: dict, rounds: int) -> dict:
+def edit_rounds(corpus: Path, env: dict, rounds: int, originals: dict) -> dict:
+    """The change rounds; `originals` gets each file's content before the rounds changed or removed
+    it (main puts them back at the end, so that a --reuse run starts from the same corpus)."""
     out: dict = {k: [] for k in ("nochange", "append", "insert", "delete")}
+    for rel in (APPEND_FILE, INSERT_FILE):
+        originals.setdefault(rel, (corpus / rel).read_bytes())
     for n in range(rounds):
         print(f"round {n + 1}: no change, append, insert, delete ...", flush=True)
         out["nochange"].append(timed_build(env))
@@ -107,6 +113,7 @@ def edit_rounds(corpus: Path, env: dict, rounds: int) -> dict:
                                                     for folder in ("docs/ref/contrib", "docs/ref")
                                                     for p in (corpus / folder).rglob("*.txt"))
                    if (corpus / d).exists())
+        originals.setdefault(doc, (corpus / doc).read_bytes())
         (corpus / doc).unlink()
         step = timed_build(env)
         step["gone_everywhere"] = gone_everywhere(env, "django-docs", doc)
@@ -209,7 +216,8 @@ def main() -> None:
     result["chunks"] = {s: latest(env, "cas_chunks", s).get("chunks") for s in SOURCES}
     neo = [latest(env, "neo4j_graph", s) for s in SOURCES]
     result["neo4j"] = [{k: n.get(k) for k in ("total_relationships", "seconds", "relationships_per_s")} for n in neo]
-    result.update(edit_rounds(corpus, env, args.rounds))
+    originals: dict[str, bytes] = {}  # what the rounds and the switch change, put back at the end
+    result.update(edit_rounds(corpus, env, args.rounds, originals))
     print("CLI queries ...", flush=True)
     result["cli_query"] = cli_latency(env)
     port = free_port()
@@ -237,7 +245,7 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - reported in the JSON
         result["watch_error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        for rel, data in kept.items():
+        for rel, data in {**kept, **originals}.items():  # the corpus as the rounds found it
             (corpus / rel).write_bytes(data)
         run_measured([sys.executable, "-m", "mtrag_assets.cli", "build"], env)
     run_measured([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env)
