@@ -70,3 +70,19 @@ def test_an_unchanged_group_is_not_converted_again(tmp_path, monkeypatch):
     stat = path.stat()
     write_row_groups(path, list(changed), DocReference)  # the same lists again: the file stays
     assert path.stat().st_mtime_ns == stat.st_mtime_ns and converted == [1]
+
+
+def test_rows_the_process_holds_for_the_file_are_not_written_again(tmp_path):
+    """A process that read the table (the watch's warm-up) and has no groups of it yet: the same
+    rows write nothing, as write_rows."""
+    path = tmp_path / "references.parquet"
+    groups = [[_ref(f, n, "a.b", "") for n in range(3)] for f in range(2)]
+    write_rows(path, [r for g in groups for r in g], DocReference)
+    tables._GROUPS.clear()
+    held = read_shared(path, DocReference)
+    stat = path.stat()
+    write_row_groups(path, [held[:3], held[3:]], DocReference)
+    assert path.stat().st_mtime_ns == stat.st_mtime_ns
+    changed = [held[:3], [_ref(1, 0, "c", "")]]
+    write_row_groups(path, changed, DocReference)
+    assert read_shared(path, DocReference) == [r for g in changed for r in g]

@@ -426,8 +426,10 @@ def write_row_groups(path: Path, groups: list[list], row_type: type) -> int:
         if table is True:  # every group is the one written: the file holds these rows
             return len(rows)
     if table is None:
-        columns, flat = _dataclass_columns(rows)
-        if columns is None or not flat or type(rows[0]) is not row_type:
+        if _holds_these(path, rows, row_type):  # as write_rows: the rows this process holds for the file
+            return len(rows)
+        columns, flat = _dataclass_columns(rows) if rows and type(rows[0]) is row_type else (None, False)
+        if columns is None or not flat:
             _GROUPS.pop(name, None)
             return write_rows(path, rows, row_type)
         table = pa.table(columns)
