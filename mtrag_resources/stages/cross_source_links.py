@@ -97,14 +97,15 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
     return index, resolved, reads
 
 
-_KEEP_RESOLUTIONS: list = []
+_KEEP_RESOLUTIONS = False  # keep_link_resolutions()
 
 
 def keep_link_resolutions() -> None:
     """Record what each link resolution read, so that the next index keeps those that still hold
     (a long-lived process: the watch). Recording costs a resolution from scratch a little; a
     one-shot `mtrag build` has no next index to keep them for."""
-    _KEEP_RESOLUTIONS.append(True)
+    global _KEEP_RESOLUTIONS
+    _KEEP_RESOLUTIONS = True
 
 
 def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict]:
