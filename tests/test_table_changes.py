@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mtrag_resources.stores.table_changes import (changes_path, forget_changes, identity, record_changes,
                                                   record_row_changes)
 from mtrag_resources.stores.table_delta import ProjectedTables, compare_tables, diff_tables
-from mtrag_resources.stores.tables import read_shared, value_counts, write_rows, write_rows_changed, write_table
+from mtrag_resources.stores.tables import held_table, read_shared, truthy_count, value_counts, write_rows, write_rows_changed, write_table
 
 pytestmark = pytest.mark.unit
 
@@ -164,6 +164,9 @@ def test_changed_rows_write_the_table_a_whole_write_does(tmp_path, versions):
             expected = dict(Counter(n.note for n in rows))
             assert value_counts(merged, "note") == value_counts(whole, "note") == expected
             assert list(value_counts(merged, "note")) == list(expected)  # first occurrences' order
+            # neo4j_graph's totals: the held table and the file's column, an all-null column too
+            assert truthy_count(held_table(merged, ["note"]), "note") == \
+                truthy_count(held_table(whole, ["note"]), "note") == sum(bool(n.note) for n in rows)
         held = {n.id: n for n in rows}
     if rows:  # a row changed by value (a new object with the same key) is found and merged
         changed = Node(rows[0].id, 7 if rows[0].v != 7 else 8, rows[0].tags, rows[0].note)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pyarrow.compute as pc
-
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import GraphNode, GraphRelation
 from mtrag_resources.core.versions import CODE_VERSIONS
@@ -19,7 +17,7 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.neo4j_store import chunk_node_id
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
-from mtrag_resources.stores.tables import as_rows, read_rows, read_table
+from mtrag_resources.stores.tables import as_rows, column_counts, held_table, read_rows, read_table, truthy_count
 from mtrag_resources.stages.common import StageResult, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
@@ -92,16 +90,10 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str,
 def _totals(layout: SourceLayout) -> dict:
     """Entity nodes by label and relationships by type (HAS_CHUNK: the entities with a chunk) of
     the whole new projection, read column-wise."""
-    nodes = read_table(layout.nodes, columns=["label", "chunk_id"])
-    by_label = Counter(dict(zip(*_value_counts(nodes.column("label")))))
-    rels = read_table(layout.relations, columns=["rel_type"])
-    by_type = Counter(dict(zip(*_value_counts(rels.column("rel_type")))))
-    has_chunk = pc.sum(pc.not_equal(pc.fill_null(nodes.column("chunk_id"), ""), "")).as_py() or 0
+    nodes = held_table(layout.nodes, ["label", "chunk_id"])
+    by_label = Counter(column_counts(nodes, "label"))
+    by_type = Counter(column_counts(held_table(layout.relations, ["rel_type"]), "rel_type"))
+    has_chunk = truthy_count(nodes, "chunk_id")
     if has_chunk:
         by_type["HAS_CHUNK"] += has_chunk
     return {"nodes": dict(by_label), "relationships": {t: n for t, n in sorted(by_type.items()) if n}}
-
-
-def _value_counts(column) -> tuple[list, list]:
-    counts = pc.value_counts(column)
-    return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
