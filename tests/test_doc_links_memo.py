@@ -75,3 +75,19 @@ def test_a_changed_chunk_hash_makes_a_new_link_object():
     assert same is first
     assert changed is not first and changed == dataclasses.replace(first, evidence_hash="h2")
     assert first.evidence_hash == "h1"  # the object an earlier table holds is not changed in place
+
+
+@settings(max_examples=60, deadline=None)
+@given(refs=st.lists(_REF, max_size=10), rehashed=st.sets(st.integers(0, 3)))
+def test_a_kept_file_takes_its_chunks_new_hashes(refs, rehashed):
+    """On one index with one `resolved` memo (a watch batch that changed no code), a file's
+    references resolve as before; a chunk whose text changed still gets a link with its new hash."""
+    index, resolved, made = _index([_node(qn) for qn in _NAMES]), {}, {}
+    evidence = {f"c{i}": f"hash{i}" for i in range(4)}
+    first = resolve_links(index, refs, resolved, evidence, made)[0]
+    rehash = {c: (h + "'" if int(c[1:]) in rehashed else h) for c, h in evidence.items()}
+    links = resolve_links(index, refs, resolved, rehash, made)[0]
+    assert links == resolve_links(_index([_node(qn) for qn in _NAMES]), refs, {}, rehash)[0]
+    assert all(link.evidence_hash == rehash[link.src_id.removeprefix("chunk:")] for link in links)
+    again = resolve_links(index, refs, resolved, evidence, made)[0]
+    assert again == first

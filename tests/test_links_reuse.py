@@ -51,15 +51,15 @@ def _index(state) -> SymbolIndex:
     return index
 
 
-REFERENCES = [DocReference(chunk_id=f"doc#{i}", file_path="docs/a.md", line=i, ref_kind=kind, role="func",
+REFERENCES = [DocReference(chunk_id=f"doc#{i}", file_path=f"docs/{i // 12}.md", line=i, ref_kind=kind, role="func",
                            target=target, matched_text=target, module_context=context, source_id="docs")
               for i, (kind, target, context) in enumerate(
                   [(k, t, c) for t in TARGETS for k, c in (("role", ""), ("code_span", ""), ("role", "pkg.m1"))]
                   + [("file", "pkg/m1.py", ""), ("file", "m0.py", "")])]
 
 
-def _links(index, resolved=None, reads=None):
-    links, unresolved = resolve_links(index, REFERENCES, resolved, reads=reads)
+def _links(index, resolved=None, reads=None, made=None):
+    links, unresolved = resolve_links(index, REFERENCES, resolved, reads=reads, made=made)
     return [(l.rel_id, l.rel_type, l.src_id, l.dst_id, l.confidence, tuple(l.candidates)) for l in links], unresolved
 
 
@@ -82,13 +82,18 @@ def _links(index, resolved=None, reads=None):
                  (frozenset(ENTITIES) - {("Method", "pkg.m2.C1.run")}, frozenset(),
                   frozenset({("C1", "pkg.m2.C1")}))])                        # a re-exported class's member
 def test_kept_resolutions_give_the_links_of_a_resolution_from_scratch(states):
-    index, resolved, reads = _index(states[0]), {}, {}
-    _links(index, resolved, reads)
+    """With the memo of the links made last (`made`, by file) too: a file whose resolutions were
+    all kept keeps what it made, without resolving a reference again."""
+    index, resolved, reads, made = _index(states[0]), {}, {}, {}
+    _links(index, resolved, reads, made)
     for state in states[1:]:
         new = _index(state)
         resolved, reads = kept_resolutions(index, new, resolved, reads)
-        got = _links(new, resolved, reads)
+        before = dict(made)
+        untouched = {run for run, file in before.items() if all(key in resolved for key in file.keys)}
+        got = _links(new, resolved, reads, made)
         assert got == _links(new)
+        assert {run for run in made if made[run] is before.get(run)} == untouched
         index = new
 
 

@@ -53,7 +53,8 @@ def _nodes_by_id(settings: Settings, specs: list[SourceSpec], ids: set[str] | No
 # resolves nothing again (django: ~0.25 s of its links stage).
 _INDEX_MEMO: list = []
 _INDEX_MEMO_LOCK = threading.Lock()
-# The links the last compute_links made, by reference, for its sources (resolve_links' `made`).
+# What the last compute_links made of each docs file's references, for its sources (resolve_links'
+# `made`).
 _LINKS_MADE: dict[tuple, dict] = {}
 
 
@@ -143,7 +144,8 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
         if link.rel_id not in by_id:
             by_id[link.rel_id] = link
             proposals_used += 1
-    links = sorted(by_id.values(), key=lambda r: r.rel_id)
+    if proposals_used:
+        links = sorted(by_id.values(), key=lambda r: r.rel_id)
     # distinct references resolved by this run, and those taken from the last index's (the watch)
     stats = {"references": len(references), "unresolved": unresolved, "proposals_used": proposals_used,
              "targets_resolved": len(resolved) - kept, "targets_kept": kept}
