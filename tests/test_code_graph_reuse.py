@@ -76,10 +76,23 @@ def edited(modules: dict[str, list[str]], change) -> dict[str, list[str]]:
     return {**modules, module: items}
 
 
+_PARSED: dict[tuple[str, str], object] = {}
+
+
 def parse(modules: dict[str, list[str]]) -> list:
+    """The files' ParsedFiles; an unchanged file's is the same object, as cas_chunks' memo gives it
+    to the graph stage (resolve_code_graph then replays that file's edges: _FileCalls)."""
     files = {"pkg/__init__.py": "VERSION = 1\n",
              **{f"pkg/{m}.py": "\n\n".join(items) + "\n" for m, items in modules.items()}}
-    return [chunk_code("pkg", path, text, "python") for path, text in sorted(files.items())]
+    out = []
+    for path, text in sorted(files.items()):
+        if (path, text) not in _PARSED:
+            _PARSED[(path, text)] = chunk_code("pkg", path, text, "python")
+        out.append(_PARSED[(path, text)])
+    return out
+
+
+_MEMOS = (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS, code_graph._LAST_FILES)
 
 
 def graph(nodes, relations) -> tuple:
@@ -90,7 +103,7 @@ def graph(nodes, relations) -> tuple:
 
 def from_scratch(parsed: list) -> tuple:
     """The graph a fresh process makes, leaving this process's last resolution as it was."""
-    kept = [(table, dict(table)) for table in (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS)]
+    kept = [(table, dict(table)) for table in _MEMOS]
     try:
         for table, _ in kept:
             table.clear()
@@ -130,7 +143,7 @@ CALLS_F0 = "def f1(obj):\n    f0()"
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(package, st.lists(edit, min_size=1, max_size=8))
 def test_reused_resolution_is_the_resolution_from_scratch(modules, edits):
-    for table in (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS):
+    for table in _MEMOS:
         table.pop("pkg", None)
     for change in [None, *edits]:
         modules = edited(modules, change) if change else modules
@@ -146,9 +159,13 @@ def test_an_unrelated_edit_reuses_the_other_calls():
               "m1": ["from pkg.m0 import f1", "class C0:\n    def save(self, obj):\n        f1()\n        self.g0()"]}
     resolve_code_graph("pkg", parse(before), reuse=True)
     results = dict(code_graph._LAST_CALLS["pkg"][1])
+    files = dict(code_graph._LAST_FILES["pkg"])
     after = {**before, "m0": [*before["m0"], "def f2(obj):\n    f0()"]}
     parsed = parse(after)
     assert graph(*resolve_code_graph("pkg", parsed, reuse=True)) == from_scratch(parsed)
+    # m1's file (the same ParsedFile) added its edges again as they were; m0's calls resolved anew
+    replayed = {f.parsed.nodes[0].file_path for k, f in code_graph._LAST_FILES["pkg"].items() if files.get(k) is f}
+    assert replayed == {"pkg/m1.py"}
     now = code_graph._LAST_CALLS["pkg"][1]
     kept = [k for k in results if k in now and now[k] is results[k]]
     assert {k[2] for k in kept} == {"pkg.m1"}  # m1's calls: the same result objects, not re-resolved

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import posixpath
 from collections import defaultdict
+from dataclasses import dataclass
 
 from mtrag_resources.core.models import GraphNode, GraphRelation, ParsedFile, stable_id
 from mtrag_resources.ingest.routes import compose_endpoints
@@ -36,6 +37,23 @@ _LAST_IDS: dict[str, dict[tuple, str]] = {}
 # whose reads of the symbol tables did not change resolves as before.
 _LAST_CALLS: dict[str, tuple["_Resolver", dict[tuple, tuple[list[str], bool, frozenset]]]] = {}
 _KEEP_RESOLUTIONS = False  # keep_resolutions()
+
+
+@dataclass
+class _FileCalls:
+    """One file's calls in the last resolution of its source: the ParsedFile (cas_chunks' memo: the
+    same object while the file is unchanged), every table entry its calls' resolutions and edges
+    read, their results by call key, and each edge it tried to add in order (rel_id, ends, add's
+    arguments). A file still the same object none of whose entries changed adds those edges again
+    without a step per call (django: 28.7k calls in ~880 files, ~0.1 s of a watch batch)."""
+    parsed: ParsedFile
+    tokens: frozenset
+    resolved: dict
+    attempts: list
+
+
+# The last resolution's calls per source and file (by the ParsedFile's id; the object is held).
+_LAST_FILES: dict[str, dict[int, _FileCalls]] = {}
 # Per source, the last resolution's distinct calls resolved and those it took from the one before
 # (resolution_counts: the graph stage's metadata shows whether the reuse works).
 _COUNTS: dict[str, dict[str, int]] = {}
@@ -69,7 +87,7 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
     last, edges = _LAST_EDGES.get(source_id, {}), {}
     last_ids, ids = _LAST_IDS.get(source_id, {}), {}
 
-    def add(rel_type: str, src_id: str, targets: list[str], verified: bool, fact: dict) -> None:
+    def add(rel_type: str, src_id: str, targets: list[str], verified: bool, fact: dict, attempts=None) -> None:
         if not targets:
             return
         dst = resolver.by_qn[targets[0]]
@@ -78,6 +96,8 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
         ends = (rel_type, src_id, dst.node_id)
         rel_id = ids.get(ends) or last_ids.get(ends) or stable_id(*ends)
         ids[ends] = rel_id
+        if attempts is not None:  # the file's replay (_FileCalls): the edge, or what makes it
+            attempts.append((rel_id, ends, (rel_type, src_id, targets, verified, fact)))
         if rel_id in relations:
             return
         was = last.get(rel_id)
@@ -119,7 +139,31 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
     resolved: dict[tuple, tuple[list[str], bool, frozenset]] = {}
     reused = 0
     directories: dict[str, str] = {}
+    last_files = _LAST_FILES.get(source_id, {}) if changed is not None else {}
+    files: dict[int, _FileCalls] = {}
     for pf in parsed:
+        if not pf.calls:
+            continue
+        was = last_files.get(id(pf))
+        if was is not None and was.parsed is pf and changed.isdisjoint(was.tokens):
+            # An unchanged file none of whose calls read a changed entry: its edges as they were
+            size = len(resolved)
+            resolved.update(was.resolved)
+            reused += len(resolved) - size
+            for rel_id, ends, args in was.attempts:
+                ids[ends] = rel_id
+                if rel_id in relations:
+                    continue
+                edge = last.get(rel_id)
+                if edge is not None and edge[0] is args[4]:
+                    relations[rel_id] = edge[3]
+                    edges[rel_id] = edge
+                else:  # another file's call made it last time
+                    add(*args)
+            files[id(pf)] = was
+            continue
+        mine: dict = {}
+        attempts: list = []
         for fact in pf.calls:
             path = fact["file_path"]
             directory = directories.get(path)
@@ -135,7 +179,13 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
                 else:
                     reused += 1
                 resolved[key] = found
-            add("CALLS", fact["caller_id"], found[0], found[1], fact)
+            mine[key] = found
+            add("CALLS", fact["caller_id"], found[0], found[1], fact, attempts)
+        if reuse:
+            tokens = {("qn", found[0][0]) for found in mine.values() if found[0]}  # add's by_qn lookup
+            for found in mine.values():
+                tokens.update(found[2])
+            files[id(pf)] = _FileCalls(pf, frozenset(tokens), mine, attempts)
     for pf in parsed:  # after calls: a Go import points at the package files actually used
         for fact in pf.imports:
             for target in resolver.import_targets(fact):
@@ -158,12 +208,15 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
         # an import cycle or the hop bound cut a name: what it resolved to depends on what was
         # resolved before it, so this source resolves whole, as a fresh process would
         _LAST_CALLS.pop(source_id, None)
+        _LAST_FILES.pop(source_id, None)
         return resolve_code_graph(source_id, parsed, reuse=False)
     _LAST_EDGES[source_id] = edges
     _LAST_IDS[source_id] = ids
+    _LAST_FILES[source_id] = files
     _COUNTS[source_id] = {"calls_resolved": len(resolved) - reused, "calls_reused": reused}
     if resolver.order_dependent or "go" in resolver.language.values():
         _LAST_CALLS.pop(source_id, None)  # Go's package imports take what the calls used: whole
+        _LAST_FILES.pop(source_id, None)
     elif reuse:
         _LAST_CALLS[source_id] = (resolver, resolved)
     return list(nodes.values()), list(relations.values())
