@@ -3,6 +3,7 @@ exactly the difference the comparison of the two whole tables finds; where it do
 compare."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from mtrag_resources.stores.table_changes import (changes_path, forget_changes, identity, record_changes,
                                                   record_row_changes)
 from mtrag_resources.stores.table_delta import ProjectedTables, compare_tables, diff_tables
-from mtrag_resources.stores.tables import held_table, read_shared, truthy_count, value_counts, write_rows, write_rows_changed, write_table
+from mtrag_resources.stores.bucketed import Bucketing
+from mtrag_resources.stores.tables import held_table, read_schema, read_shared, read_table, truthy_count, value_counts, write_rows, write_rows_changed, write_table
 
 pytestmark = pytest.mark.unit
 
@@ -167,6 +169,11 @@ def test_changed_rows_write_the_table_a_whole_write_does(tmp_path, versions):
             # neo4j_graph's totals: the held table and the file's column, an all-null column too
             assert truthy_count(held_table(merged, ["note"]), "note") == \
                 truthy_count(held_table(whole, ["note"]), "note") == sum(bool(n.note) for n in rows)
+            # the store stages' row reads (neo4j_graph's changed edges, fts_db's endpoints)
+            for filters in ([("id", "in", ["a", "中", "Z"])], [("id", "=", "b")]):
+                assert held_table(merged, filters=filters).to_pylist() == \
+                    read_table(whole, filters=filters).to_pylist() == \
+                    [dataclasses.asdict(n) for n in rows if n.id in filters[0][2]]
         held = {n.id: n for n in rows}
     if rows:  # a row changed by value (a new object with the same key) is found and merged
         changed = Node(rows[0].id, 7 if rows[0].v != 7 else 8, rows[0].tags, rows[0].note)
@@ -201,3 +208,14 @@ def test_cas_chunks_records_from_the_previous_table_equal_decoding_the_new_one(o
     table = pa.concat_tables([kept_part, fresh]).sort_by([("file_path", "ascending")])
     records = cas_chunks._records(table, previous.to_pylist(), previous, kept)
     assert records == table.to_pylist()
+
+
+def test_a_schema_is_read_again_when_the_table_is_replaced(tmp_path):
+    """read_schema's memo (by file identity) gives a replaced table's new columns, a single Parquet
+    file or a bucketed table alike."""
+    single, folder = tmp_path / "t.parquet", tmp_path / "bucketed"
+    for path, bucketing in ((single, None), (folder, Bucketing(key="p", order=("p",), buckets=4))):
+        write_table(path, pa.table({"p": ["x", "y"]}), bucketing=bucketing)
+        assert read_schema(path).names == read_schema(path).names == ["p"]
+        write_table(path, pa.table({"p": ["x", "y"], "v": [1, 2]}), bucketing=bucketing)
+        assert read_schema(path).names == ["p", "v"]

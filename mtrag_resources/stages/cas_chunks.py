@@ -29,7 +29,7 @@ from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRel
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_changes, rows_outside
 from mtrag_resources.stores.bucketed import Bucketing
-from mtrag_resources.stores.tables import (_schema_for, cached_rows, column_counts, read_table, table_exists,
+from mtrag_resources.stores.tables import (_schema_for, cached_rows, column_counts, hold_table, read_table, table_exists,
                                            truthy_count, write_table)
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
@@ -265,6 +265,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         changed_files = None if previous is None else (set(index) | set(indexed_before)) - kept
         written = write_table(layout.chunks, table, records=rows, bucketing=CHUNK_BUCKETS,
                               changed_keys=changed_files)
+        hold_table(layout.chunks, table)  # the store stages' column reads (the file's order: by path)
         (layout.tables / _LEGACY_TABLE).unlink(missing_ok=True)
         logged = _log_changes(layout, base, previous, table, rows, kept)
         write_bytes_atomic(layout.facts, json.dumps(

@@ -20,7 +20,7 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stores.fts_query import (delta_aliases, derive_aliases, endpoint_aliases, file_anchors,
                                               issue_aliases, rows_to_rewrite, source_alias)
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
-from mtrag_resources.stores.tables import read_shared, read_table, table_exists
+from mtrag_resources.stores.tables import held_table, read_shared, read_table, table_exists
 from mtrag_resources.stages.common import StageResult, digest_json, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
@@ -131,11 +131,11 @@ def _endpoint_aliases(layout: SourceLayout) -> list[tuple[str, str, str]]:
     ROUTES_TO edges and their ends only, read column-wise."""
     if not table_exists(layout.relations) or not table_exists(layout.nodes):
         return []
-    rels = read_table(layout.relations, columns=["rel_type", "src_id", "dst_id"],
-                         filters=[("rel_type", "=", "ROUTES_TO")]).to_pylist()
+    rels = held_table(layout.relations, columns=["rel_type", "src_id", "dst_id"],
+                      filters=[("rel_type", "=", "ROUTES_TO")]).to_pylist()
     if not rels:
         return []
-    nodes = read_table(layout.nodes, columns=["node_id", "name", "chunk_id"])
+    nodes = held_table(layout.nodes, columns=["node_id", "name", "chunk_id"])
     ends = sorted({r["src_id"] for r in rels} | {r["dst_id"] for r in rels})
     nodes = nodes.filter(pc.is_in(nodes["node_id"], value_set=pa.array(ends, type=pa.string()))).to_pylist()
     return endpoint_aliases(nodes, rels)

@@ -17,7 +17,7 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.neo4j_store import chunk_node_id
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
-from mtrag_resources.stores.tables import as_rows, column_counts, held_table, read_rows, read_table, truthy_count
+from mtrag_resources.stores.tables import as_rows, column_counts, held_table, read_rows, truthy_count
 from mtrag_resources.stages.common import StageResult, projected_tables, timed
 from mtrag_resources.core.layout import SourceLayout, read_state
 
@@ -74,7 +74,7 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str,
     changed_ids = sorted(set(rel_delta.changed.column("rel_id").to_pylist()))
     relations = []
     if changed_ids:  # every edge of a changed rel_id: it is replaced as a whole
-        rel_rows = read_table(layout.relations, filters=[("rel_id", "in", changed_ids)]).to_pylist()
+        rel_rows = held_table(layout.relations, filters=[("rel_id", "in", changed_ids)]).to_pylist()
         relations = as_rows(rel_rows, GraphRelation)
     nodes = as_rows(node_delta.changed.to_pylist(), GraphNode)
     chunks = chunk_delta.changed.to_pylist()

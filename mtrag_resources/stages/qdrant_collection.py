@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
-from mtrag_resources.stores.tables import read_table
+from mtrag_resources.stores.tables import held_table
 from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
@@ -115,7 +115,7 @@ def _write_delta(store, layout: SourceLayout, spec: SourceSpec, generation: str,
             _points(multilingual.fingerprint_id, cjk_children(children), key=_content_hash), gone)
     stats = store.write_source_delta(spec.id, spec.kind, generation, last.generation, changes, resolve_vectors=resolve)
     if stats is not None:
-        roles = read_table(layout.chunks, columns=["role", "script"])
+        roles = held_table(layout.chunks, columns=["role", "script"])
         child = pc.equal(roles["role"], "child")
         stats["points"] = pc.sum(child).as_py() or 0
         if multilingual is not None:

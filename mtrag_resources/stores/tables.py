@@ -150,9 +150,25 @@ def read_table(path: Path, columns: list[str] | None = None, filters=None) -> pa
     return pq.read_table(path, columns=columns, filters=filters)
 
 
+# Schemas by file identity: the store stages compare the columns of each table they diff with its
+# projected snapshot's (table_delta.same_columns), each a file footer read (~60 ms of a django watch
+# batch in the Qdrant stage alone). A new version of a table is a new identity.
+_SCHEMAS: dict[tuple, pa.Schema] = {}
+_SCHEMAS_MAX = 512
+
+
 def read_schema(path: Path) -> pa.Schema:
     path = Path(path)
-    return bucketed.read_schema(path) if bucketed.is_bucketed(path) else pq.read_schema(path)
+    key = _identity(path)
+    found = _SCHEMAS.get(key) if key is not None else None
+    if found is not None:
+        return found
+    schema = bucketed.read_schema(path) if bucketed.is_bucketed(path) else pq.read_schema(path)
+    if key is not None and _identity(path) == key:  # not replaced meanwhile
+        if len(_SCHEMAS) >= _SCHEMAS_MAX:
+            _SCHEMAS.clear()
+        _SCHEMAS[key] = schema
+    return schema
 
 
 def table_exists(path: Path) -> bool:
@@ -259,14 +275,37 @@ def value_counts(path: Path, column: str) -> dict:
     return column_counts(held_table(path, [column]), column)
 
 
-def held_table(path: Path, columns: list[str]) -> pa.Table:
-    """The Arrow table this process merged into the file last (write_rows_changed, hold_arrow) where
-    it still holds the file's current version, else `columns` of the file: column-wise metadata of
-    a table the process just wrote reads no file (neo4j_graph's totals: ~40 ms a django watch batch
-    reading 32 parts of two tables)."""
+def held_table(path: Path, columns: list[str] | None = None, filters: list[tuple] | None = None) -> pa.Table:
+    """read_table(path, columns, filters) from the Arrow table this process holds for the file's
+    current version (write_rows_changed's merge, hold_table, hold_arrow) where it holds one, else
+    from the file. `filters`: (column, "=" or "in", value) conjunctions, as read_table takes them.
+    The store stages read a few columns or rows of a table the graph or chunk stage just wrote
+    (neo4j_graph's totals and changed edges, fts_db's endpoints, qdrant_collection's counts): each
+    read of django's bucketed tables was 30-75 ms of a watch batch."""
     path = Path(path)
     held = _ARROW.get(str(path.resolve()))
-    return held[1] if held is not None and held[0] == _identity(path) else read_table(path, columns=columns)
+    if held is None or held[0] != _identity(path):
+        return read_table(path, columns=columns, filters=filters)
+    table = held[1]
+    try:
+        for column, op, value in filters or ():
+            values = table[column]
+            if op == "=":
+                table = table.filter(pc.equal(values, pa.scalar(value, type=values.type)))
+            elif op == "in":
+                table = table.filter(pc.is_in(values, value_set=pa.array(list(value), type=values.type)))
+            else:
+                return read_table(path, columns=columns, filters=filters)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a value of another type
+        return read_table(path, columns=columns, filters=filters)
+    return table if columns is None else table.select(columns)
+
+
+def hold_table(path: Path, table: pa.Table) -> None:
+    """Hold `table`, just written to `path` (write_table), for held_table's reads of this version."""
+    key = _identity(Path(path))
+    if key is not None:
+        _ARROW[str(Path(path).resolve())] = (key, table)
 
 
 def column_counts(table: pa.Table, column: str) -> dict:
