@@ -29,9 +29,14 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None, bucketi
     `bucketing`: how a bucketed table (stores/bucketed.py) places its rows. Rows equal to those
     this process holds for the file's current version are not written again (a watch batch
     rewrote django's 6k import rows and the docs' 30k references on every change)."""
-    rows = list(rows)
+    return _write_rows(Path(path), list(rows), row_type, bucketing)[0]
+
+
+def _write_rows(path: Path, rows: list, row_type: type | None, bucketing: Bucketing | None) -> tuple[int, pa.Table | None]:
+    """write_rows; and the Arrow table written where it is built column-wise from `row_type`
+    instances (the form write_rows_changed merges into), else None."""
     if bucketing is None and _holds_these(Path(path), rows, row_type):
-        return len(rows)
+        return len(rows), None
     columns, flat = _dataclass_columns(rows)
     if columns is not None:  # column-wise: a third of from_pylist's time on 30k graph rows
         table = pa.table(columns)
@@ -40,7 +45,7 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None, bucketi
             # readers of a graph table want, are decoded from the file when one asks.
             write_table(path, table, bucketing=bucketing)
             _remember(Path(path), rows, row_type)
-            return len(rows)
+            return len(rows), table
         names = list(columns)
         records = [dict(zip(names, values)) for values in zip(*columns.values())]
     else:
@@ -56,7 +61,7 @@ def write_rows(path: Path, rows: Iterable, row_type: type | None = None, bucketi
     write_table(path, table, bucketing=bucketing)
     if records and table.num_rows == len(records):
         _remember(Path(path), records)  # the next reader of this file in this process decodes nothing
-    return len(records)
+    return len(records), None
 
 
 def _holds_these(path: Path, rows: list, row_type: type | None) -> bool:
@@ -441,8 +446,12 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
     changes = _row_changes(old, rows, pk) if old is not None else None
     merged = _merged(path, _ARROW.get(name), changes, rows, pk) if changes is not None else None
     if merged is None:
-        write_rows(path, rows, row_type, bucketing)
-        _ARROW.pop(name, None)
+        # a fresh process (`mtrag build`) holds what it wrote too: the store stages read it
+        written = _write_rows(path, list(rows), row_type, bucketing)[1]
+        if written is not None:
+            _ARROW[name] = (_identity(path), written)
+        else:
+            _ARROW.pop(name, None)
         return None
     keys = None if bucketing is None else \
         {getattr(r, bucketing.key) for r in (*changes.fresh, *changes.replaced)}
