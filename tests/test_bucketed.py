@@ -42,6 +42,25 @@ def test_read_gives_the_written_table_in_its_order(tmp_path):
     assert read_table(tmp_path / "chunks", columns=["chunk_id"]).column_names == ["chunk_id"]
 
 
+def test_a_read_of_some_files_reads_their_buckets_only(tmp_path, monkeypatch):
+    """read_table(keys=("file_path", files)): those files' rows as the whole table has them, in its
+    order, from their buckets' parts alone; keys of another column read the whole table."""
+    table = _chunks(FILES)
+    write_table(tmp_path / "chunks", table, bucketing=BY_FILE)
+    opened: list = []
+    real_read = bucketed.pq.read_table
+    monkeypatch.setattr(bucketed.pq, "read_table", lambda files, **kw: opened.append(files) or real_read(files, **kw))
+    for files in (["pkg/mod03.py"], ["pkg/mod01.py", "pkg/mod17.py", "gone.py"], ["gone.py"], []):
+        opened.clear()
+        got = read_table(tmp_path / "chunks", columns=["chunk_id", "file_path"], keys=("file_path", files))
+        assert [r for r in got.to_pylist() if r["file_path"] in files] == \
+            [{"chunk_id": r["chunk_id"], "file_path": r["file_path"]} for r in table.to_pylist() if r["file_path"] in files]
+        assert got.column_names == ["chunk_id", "file_path"]
+        parts = [p for found in opened for p in (found if isinstance(found, list) else [found])]
+        assert len(parts) <= len({bucketed.bucket_of(f, 8) for f in files})
+    assert read_table(tmp_path / "chunks", keys=("chunk_id", ["x"])).num_rows == table.num_rows
+
+
 def test_a_one_file_change_writes_one_part(tmp_path):
     path = tmp_path / "chunks"
     write_table(path, _chunks(FILES), bucketing=BY_FILE)

@@ -219,3 +219,22 @@ def test_a_schema_is_read_again_when_the_table_is_replaced(tmp_path):
         assert read_schema(path).names == read_schema(path).names == ["p"]
         write_table(path, pa.table({"p": ["x", "y"], "v": [1, 2]}), bucketing=bucketing)
         assert read_schema(path).names == ["p", "v"]
+
+
+def test_a_snapshot_of_other_columns_is_no_base(tmp_path):
+    """ProjectedTables.base_for: a snapshot whose tables had other columns than the new ones is no
+    base for a delta (the column names recorded at save, or the snapshot's files where a state
+    written before they were recorded has none); the same columns are."""
+    table, snapshot = tmp_path / "chunks", ProjectedTables(tmp_path / "projected")
+    bucketing = Bucketing(key="p", order=("p",), buckets=4)
+    write_table(table, pa.table({"p": ["x", "y"]}), bucketing=bucketing)
+    snapshot.save("g1", {"chunks": table}, {"v": 1})
+    assert snapshot.load().columns == {"chunks": ["p"]}
+    write_table(table, pa.table({"p": ["x", "z"]}), bucketing=bucketing)
+    assert snapshot.base_for("g2", {"v": 1}, {"chunks": table}).generation == "g1"
+    write_table(table, pa.table({"p": ["x", "z"], "v": [1, 2]}), bucketing=bucketing)
+    assert snapshot.base_for("g2", {"v": 1}, {"chunks": table}) is None
+    state = snapshot.folder / "state.json"  # a state without the names: the snapshot's files say
+    state.write_text(state.read_text().replace('"columns"', '"ignored"'))
+    assert snapshot.load().columns is None
+    assert snapshot.base_for("g2", {"v": 1}, {"chunks": table}) is None

@@ -29,7 +29,7 @@ from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRel
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_changes, rows_outside
 from mtrag_resources.stores.bucketed import Bucketing
-from mtrag_resources.stores.tables import (_schema_for, cached_rows, column_counts, hold_table, read_table, table_exists,
+from mtrag_resources.stores.tables import (_schema_for, cached_rows, column_counts, held_table, hold_table, table_exists,
                                            truthy_count, write_table)
 from mtrag_resources.stages.common import StageResult, chunk_set_generation, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
@@ -169,7 +169,7 @@ def _previous_rows(layout: SourceLayout, kept: set[str]) -> tuple[pa.Table | Non
     is none."""
     if not table_exists(layout.chunks):
         return None, None
-    table = read_table(layout.chunks)
+    table = held_table(layout.chunks)  # the watch: the table it wrote last, where the file's schema is its
     if not kept:
         return None, table
     return table.filter(pc.is_in(table["file_path"], value_set=pa.array(sorted(kept)))), table

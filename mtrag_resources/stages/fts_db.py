@@ -86,7 +86,9 @@ def _write_delta(store, layout: SourceLayout, source_id: str, generation: str, i
         return None
     delta = diff_tables(layout.chunks, last.tables["chunks"], key=("chunk_id", "file_path"))
     files = set(delta.changed.column("file_path").to_pylist()) | {k[1] for k in delta.removed}
-    old = read_table(last.tables["chunks"], columns=["chunk_id", "file_path", "role", "parent_id"])
+    # the changed files' buckets of the snapshot only (the chunk table is bucketed by file path)
+    old = read_table(last.tables["chunks"], columns=["chunk_id", "file_path", "role", "parent_id"],
+                     keys=("file_path", files))
     old = old.filter(pc.is_in(old["file_path"], value_set=pa.array(sorted(files), type=pa.string()))).to_pylist()
     plan = plan_delta(source_id, rows, old, delta.changed.column("chunk_id").to_pylist(),
                       [k[0] for k in delta.removed], lambda r: cas.get_text(r["content_hash"]))

@@ -85,9 +85,12 @@ def read_schema(path: Path) -> pa.Schema:
     return pq.read_schema(files[0]).remove_metadata()
 
 
-def read(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
+def read(path: Path, columns: list[str] | None = None, filters=None,
+         keys: tuple[str, Iterable[str]] | None = None) -> pa.Table:
     """The table (or `columns` of it, rows matching `filters` as pq.read_table takes them), in its
-    order. Retries where a writer replaced the version between the manifest and the parts."""
+    order. `keys` (column, values): where the table is bucketed by that column, only the parts of
+    those values' buckets (their rows and the other rows those buckets hold: the caller filters).
+    Retries where a writer replaced the version between the manifest and the parts."""
     last_error: Exception | None = None
     for attempt in range(_READ_RETRIES):
         manifest = load_manifest(path)
@@ -96,6 +99,12 @@ def read(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table
         order = list(manifest["order"])
         wanted = None if columns is None else list(dict.fromkeys([*columns, *order]))
         files = [str(f) for f in part_files(path, manifest)]
+        if keys is not None and keys[0] == manifest.get("key"):
+            buckets = {str(bucket_of(k, int(manifest["buckets"]))) for k in keys[1]}
+            files = [str(Path(path) / name) for b, name in sorted(manifest["parts"].items(), key=lambda p: int(p[0]))
+                     if b in buckets]
+            if not files:
+                return _empty(path, manifest, columns)
         try:
             # one dataset read of the listed parts (a read per part cost ~1 ms each in fixed overhead)
             table = pq.read_table(files if len(files) > 1 else files[0], columns=wanted, filters=filters)
@@ -108,6 +117,13 @@ def read(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table
         table = table.replace_schema_metadata(None)
         return table if columns is None else table.select(columns)
     raise last_error  # type: ignore[misc]
+
+
+def _empty(path: Path, manifest: dict, columns: list[str] | None) -> pa.Table:
+    """No rows, with the table's columns (from any of its parts)."""
+    schema = read_schema(path).remove_metadata()
+    table = schema.empty_table()
+    return table if columns is None else table.select(columns)
 
 
 def bucket_of(value: str | None, buckets: int) -> int:

@@ -147,11 +147,14 @@ def _write_file(path: Path, table: pa.Table) -> None:
         raise
 
 
-def read_table(path: Path, columns: list[str] | None = None, filters=None) -> pa.Table:
-    """The table at `path`, a Parquet file or a bucketed table's folder, in its order."""
+def read_table(path: Path, columns: list[str] | None = None, filters=None,
+               keys: tuple[str, Iterable[str]] | None = None) -> pa.Table:
+    """The table at `path`, a Parquet file or a bucketed table's folder, in its order. `keys`
+    (column, values): a table bucketed by that column may give those values' buckets alone (the
+    result can hold other rows too: the caller filters)."""
     path = Path(path)
     if bucketed.is_bucketed(path):
-        return bucketed.read(path, columns=columns, filters=filters)
+        return bucketed.read(path, columns=columns, filters=filters, keys=keys)
     return pq.read_table(path, columns=columns, filters=filters)
 
 
@@ -292,6 +295,10 @@ def held_table(path: Path, columns: list[str] | None = None, filters: list[tuple
     if held is None or held[0] != _identity(path):
         return read_table(path, columns=columns, filters=filters)
     table = held[1]
+    if columns is None and not table.schema.equals(read_schema(path)):
+        # the whole table as the file gives it: a type the file stores otherwise (a list's item
+        # name) would make what the caller builds from it differ from a fresh process's
+        return read_table(path, columns=columns, filters=filters)
     try:
         for column, op, value in filters or ():
             values = table[column]
