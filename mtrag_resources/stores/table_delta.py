@@ -22,7 +22,7 @@ from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.contract import COMMITTED
 from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.table_changes import logged_delta
-from mtrag_resources.stores.tables import read_schema, table_exists
+from mtrag_resources.stores.tables import column_names, read_schema, table_exists
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 STATE_FILE = "state.json"
@@ -72,7 +72,7 @@ class ProjectedTables:
             bucketed.link_replace(src, self.folder / f"{name}.parquet")
         # the column names too: base_for compares them with the new tables' without reading every
         # snapshot's footers again (a new snapshot each watch batch; ~30 ms of one at django's size)
-        columns = {name: read_schema(src).names for name, src in tables.items()}
+        columns = {name: column_names(src) for name, src in tables.items()}
         write_text_atomic(self.folder / STATE_FILE, json.dumps(
             {"generation": generation, "tables": sorted(tables), "extra": extra or {}, "columns": columns},
             sort_keys=True))
@@ -87,7 +87,7 @@ class ProjectedTables:
         if (last is None or last.generation == generation
                 or any(last.extra.get(k) != v for k, v in version.items())
                 or set(tables) != set(last.tables)
-                or not all(read_schema(new).names == last.columns[name] if last.columns and name in last.columns
+                or not all(column_names(new) == last.columns[name] if last.columns and name in last.columns
                            else same_columns(new, last.tables[name]) for name, new in tables.items())):
             return None
         return last
@@ -108,7 +108,7 @@ class TableDelta:
 
 
 def same_columns(new: Path, old: Path) -> bool:
-    return read_schema(new).names == read_schema(old).names
+    return column_names(new) == column_names(old)
 
 
 def diff_tables(new: Path, old: Path, key: tuple[str, ...], columns: tuple[str, ...] | None = None) -> TableDelta:

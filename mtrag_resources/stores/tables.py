@@ -123,6 +123,7 @@ def write_table(path: Path, table: pa.Table, records: list[dict] | None = None,
     else:
         _write_file(path, table)
     _forget(path)
+    _remember_names(path, table.column_names)
     if records is not None and len(records) == table.num_rows:
         _remember(path, records)
     return counts
@@ -163,6 +164,26 @@ def read_table(path: Path, columns: list[str] | None = None, filters=None,
 # batch in the Qdrant stage alone). A new version of a table is a new identity.
 _SCHEMAS: dict[tuple, pa.Schema] = {}
 _SCHEMAS_MAX = 512
+
+
+# Column names by file identity, from the write or a schema read: the delta's check that a table
+# has its snapshot's columns (ProjectedTables.base_for) needs no footer of a version just written.
+_NAMES: dict[tuple, list[str]] = {}
+
+
+def _remember_names(path: Path, names: list[str]) -> None:
+    key = _identity(path)
+    if key is not None:
+        if len(_NAMES) >= _SCHEMAS_MAX:
+            _NAMES.clear()
+        _NAMES[key] = list(names)
+
+
+def column_names(path: Path) -> list[str]:
+    """The table's column names (read_schema's names)."""
+    path = Path(path)
+    found = _NAMES.get(_identity(path) or ())
+    return list(found) if found is not None else read_schema(path).names
 
 
 def read_schema(path: Path) -> pa.Schema:
