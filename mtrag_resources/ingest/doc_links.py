@@ -190,7 +190,6 @@ class _FileLinks:
     key, candidates (the list objects of `resolved`), evidence hash and link (None: unresolved)."""
     refs: list
     keys: tuple
-    chunk_ids: tuple
     candidates: tuple
     evidence: tuple
     links: list
@@ -226,7 +225,7 @@ def resolve_links(index: SymbolIndex, references: list[DocReference], resolved: 
         was = last.get(run)
         if not (was is not None and was.refs == refs and was.evidence == hashes
                 and all(map(is_, map(resolved.get, was.keys), was.candidates))):
-            was = _resolve_file(index, refs, chunk_ids, hashes, resolved, reads, was)
+            was = _resolve_file(index, refs, hashes, resolved, reads, was)
         now[run] = was
         unresolved += was.unresolved
         for link in was.links:
@@ -241,7 +240,7 @@ def resolve_links(index: SymbolIndex, references: list[DocReference], resolved: 
     return sorted(links.values(), key=attrgetter("rel_id")), unresolved
 
 
-def _resolve_file(index: SymbolIndex, refs: list[DocReference], chunk_ids: tuple, hashes: tuple,
+def _resolve_file(index: SymbolIndex, refs: list[DocReference], hashes: tuple,
                   resolved: dict, reads: dict | None, was: _FileLinks | None) -> _FileLinks:
     """One file's references resolved (resolve_links): a reference the file's last links (`was`)
     resolved to the same nodes with the same evidence keeps its link object."""
@@ -273,7 +272,7 @@ def _resolve_file(index: SymbolIndex, refs: list[DocReference], chunk_ids: tuple
             made.append(old[2])
         else:
             made.append(link_for(ref, candidates, evidence_hash=evidence_hash))
-    return _FileLinks(refs=refs, keys=tuple(keys), chunk_ids=chunk_ids, candidates=tuple(found),
+    return _FileLinks(refs=refs, keys=tuple(keys), candidates=tuple(found),
                       evidence=hashes, links=made, unresolved=unresolved)
 
 

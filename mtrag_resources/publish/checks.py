@@ -9,7 +9,7 @@ from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.core.models import cjk_children, vector_hash
-from mtrag_resources.stores.tables import cached_rows, read_schema, read_table
+from mtrag_resources.stores.tables import cached_rows, column_names, read_table
 
 CHECK_NAMES = ("markers_committed", "counts_reconcile", "embedder_fingerprint", "no_dangling_parents")
 
@@ -46,7 +46,7 @@ def checked_rows(path) -> list[dict]:
     held = cached_rows(path)
     if held is not None:
         return held
-    names = set(read_schema(path).names)  # an older table may lack a column (script, embed_hash)
+    names = set(column_names(path))  # an older table may lack a column (script, embed_hash)
     return read_table(path, columns=[c for c in CHECKED_COLUMNS if c in names]).to_pylist()
 
 

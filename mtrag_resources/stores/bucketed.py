@@ -98,13 +98,13 @@ def read(path: Path, columns: list[str] | None = None, filters=None,
             raise FileNotFoundError(f"{path}: no bucketed table here")
         order = list(manifest["order"])
         wanted = None if columns is None else list(dict.fromkeys([*columns, *order]))
-        files = [str(f) for f in part_files(path, manifest)]
         if keys is not None and keys[0] == manifest.get("key"):
             buckets = {str(bucket_of(k, int(manifest["buckets"]))) for k in keys[1]}
-            files = [str(Path(path) / name) for b, name in sorted(manifest["parts"].items(), key=lambda p: int(p[0]))
-                     if b in buckets]
-            if not files:
-                return _empty(path, manifest, columns)
+            manifest = {**manifest, "parts": {b: n for b, n in manifest["parts"].items() if b in buckets}}
+            if not manifest["parts"]:  # no rows of those values: the table's columns, no rows
+                table = read_schema(path).empty_table()
+                return table if columns is None else table.select(columns)
+        files = [str(f) for f in part_files(path, manifest)]
         try:
             # one dataset read of the listed parts (a read per part cost ~1 ms each in fixed overhead)
             table = pq.read_table(files if len(files) > 1 else files[0], columns=wanted, filters=filters)
@@ -117,13 +117,6 @@ def read(path: Path, columns: list[str] | None = None, filters=None,
         table = table.replace_schema_metadata(None)
         return table if columns is None else table.select(columns)
     raise last_error  # type: ignore[misc]
-
-
-def _empty(path: Path, manifest: dict, columns: list[str] | None) -> pa.Table:
-    """No rows, with the table's columns (from any of its parts)."""
-    schema = read_schema(path).remove_metadata()
-    table = schema.empty_table()
-    return table if columns is None else table.select(columns)
 
 
 def bucket_of(value: str | None, buckets: int) -> int:

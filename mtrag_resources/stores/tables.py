@@ -477,7 +477,7 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
         # a fresh process (`mtrag build`) holds what it wrote too: the store stages read it
         written = _write_rows(path, list(rows), row_type, bucketing)[1]
         if written is not None:
-            _ARROW[name] = (_identity(path), written)
+            hold_table(path, written)
         else:
             _ARROW.pop(name, None)
         return None
@@ -485,7 +485,7 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
         {getattr(r, bucketing.key) for r in (*changes.fresh, *changes.replaced)}
     write_table(path, merged, bucketing=bucketing, changed_keys=keys)
     _remember(path, rows, row_type)
-    _ARROW[name] = (_identity(path), merged)
+    hold_table(path, merged)
     return changes
 
 
