@@ -61,7 +61,7 @@ def main() -> None:
         after = code_graph._LAST_CALLS[args.source][1]
         calls.append(sum(1 for k, v in after.items() if before.get(k) is not v))
         kept = [(t, dict(t)) for t in (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS,
-                                       code_graph._LAST_FILES)]
+                                       code_graph._LAST_FILES, code_graph._LAST_IMPORTS)]
         for t, _ in kept:  # from scratch: as a fresh process, and the reuse chain goes on after
             t.pop(args.source, None)
         start = time.perf_counter()

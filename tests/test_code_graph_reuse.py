@@ -92,7 +92,8 @@ def parse(modules: dict[str, list[str]]) -> list:
     return out
 
 
-_MEMOS = (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS, code_graph._LAST_FILES)
+_MEMOS = (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS, code_graph._LAST_FILES,
+          code_graph._LAST_IMPORTS)
 
 
 def graph(nodes, relations) -> tuple:
@@ -160,12 +161,16 @@ def test_an_unrelated_edit_reuses_the_other_calls():
     resolve_code_graph("pkg", parse(before), reuse=True)
     results = dict(code_graph._LAST_CALLS["pkg"][1])
     files = dict(code_graph._LAST_FILES["pkg"])
+    imports = dict(code_graph._LAST_IMPORTS["pkg"])
     after = {**before, "m0": [*before["m0"], "def f2(obj):\n    f0()"]}
     parsed = parse(after)
     assert graph(*resolve_code_graph("pkg", parsed, reuse=True)) == from_scratch(parsed)
     # m1's file (the same ParsedFile) added its edges again as they were; m0's calls resolved anew
     replayed = {f.parsed.nodes[0].file_path for k, f in code_graph._LAST_FILES["pkg"].items() if files.get(k) is f}
     assert replayed == {"pkg/m1.py"}
+    # ... and its import edges too (m1's `from pkg.m0 import f1` read no entry the edit changed)
+    assert {f.parsed.nodes[0].file_path for k, f in code_graph._LAST_IMPORTS["pkg"].items()
+            if imports.get(k) is f} == {"pkg/m1.py"}
     now = code_graph._LAST_CALLS["pkg"][1]
     kept = [k for k in results if k in now and now[k] is results[k]]
     assert {k[2] for k in kept} == {"pkg.m1"}  # m1's calls: the same result objects, not re-resolved
