@@ -58,7 +58,7 @@ from mtrag_resources.stores.contract import BEGIN, COMMITTED, Marker
 
 __all__ = ["FtsStore", "CHUNK_COLUMNS", "SCHEMA_VERSION", "derive_aliases", "normalize_alias"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: exact_aliases indexed by (source_id, alias_kind) and by chunk_id
 
 CHUNK_COLUMNS = (
     "chunk_id", "source_id", "source_kind", "role", "chunk_type", "parent_id", "file_path",
@@ -111,7 +111,9 @@ CREATE TABLE IF NOT EXISTS exact_aliases (
     source_id  TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS exact_aliases_norm ON exact_aliases(alias_norm);
-CREATE INDEX IF NOT EXISTS exact_aliases_source ON exact_aliases(source_id);
+DROP INDEX IF EXISTS exact_aliases_source;
+CREATE INDEX IF NOT EXISTS exact_aliases_source_kind ON exact_aliases(source_id, alias_kind);
+CREATE INDEX IF NOT EXISTS exact_aliases_chunk ON exact_aliases(chunk_id);
 CREATE UNIQUE INDEX IF NOT EXISTS exact_aliases_uniq ON exact_aliases(alias_norm, alias_kind, chunk_id);
 CREATE TABLE IF NOT EXISTS markers (
     source_id  TEXT PRIMARY KEY,
@@ -342,19 +344,28 @@ class FtsStore:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop_ids (chunk_id TEXT PRIMARY KEY)")
             conn.execute("DELETE FROM temp.mtrag_drop_ids")
             conn.executemany("INSERT OR IGNORE INTO temp.mtrag_drop_ids(chunk_id) VALUES (?)", [(c,) for c in drop])
-            self._delete_rids(conn, "SELECT rid FROM chunks WHERE source_id = ? AND chunk_id IN "
-                                    "(SELECT chunk_id FROM temp.mtrag_drop_ids)", (source_id,))
-            kinds = ", ".join("?" * len(replaced_kinds)) or "NULL"
-            conn.execute(f"DELETE FROM exact_aliases WHERE source_id = ? AND (alias_kind IN ({kinds}) OR "
-                         "chunk_id IN (SELECT chunk_id FROM temp.mtrag_drop_ids))", (source_id, *replaced_kinds))
+            # Rows and aliases are found by chunk_id's index (`+source_id`: not by the source's
+            # index, which visited every row of the source: ~50 ms a django watch batch), once.
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop (rid INTEGER PRIMARY KEY)")
+            conn.execute("DELETE FROM temp.mtrag_drop")
+            conn.execute("INSERT INTO temp.mtrag_drop(rid) SELECT rid FROM chunks WHERE chunk_id IN "
+                         "(SELECT chunk_id FROM temp.mtrag_drop_ids) AND +source_id = ?", (source_id,))
+            self._delete_rids(conn, "SELECT rid FROM temp.mtrag_drop", ())
+            conn.execute("DELETE FROM temp.mtrag_drop")
+            if replaced_kinds:
+                kinds = ", ".join("?" * len(replaced_kinds))
+                conn.execute(f"DELETE FROM exact_aliases WHERE source_id = ? AND alias_kind IN ({kinds})",
+                             (source_id, *replaced_kinds))
+            conn.execute("DELETE FROM exact_aliases WHERE chunk_id IN (SELECT chunk_id FROM temp.mtrag_drop_ids) "
+                         "AND +source_id = ?", (source_id,))
             conn.execute("DELETE FROM temp.mtrag_drop_ids")
             refiled = sorted(set(refiled_chunk_ids))
             if refiled:
                 conn.executemany("INSERT OR IGNORE INTO temp.mtrag_drop_ids(chunk_id) VALUES (?)",
                                  [(c,) for c in refiled])
                 file_kinds = ", ".join("?" * len(FILE_ALIAS_KINDS))
-                conn.execute(f"DELETE FROM exact_aliases WHERE source_id = ? AND alias_kind IN ({file_kinds}) AND "
-                             "chunk_id IN (SELECT chunk_id FROM temp.mtrag_drop_ids)", (source_id, *FILE_ALIAS_KINDS))
+                conn.execute("DELETE FROM exact_aliases WHERE chunk_id IN (SELECT chunk_id FROM temp.mtrag_drop_ids) "
+                             f"AND +source_id = ? AND +alias_kind IN ({file_kinds})", (source_id, *FILE_ALIAS_KINDS))
                 conn.execute("DELETE FROM temp.mtrag_drop_ids")
             self._insert_rows(conn, source_id, records, alias_records)
             child_rows, parent_rows, alias_rows = self._commit_meta(conn, source_id, generation, input_sha256)
