@@ -619,3 +619,29 @@ def test_injection_strings_are_plain_data(neo4j_store, sid):
     finally:
         neo4j_store.delete_source(weird_sid)
     assert neo4j_store.database_counts() == before
+
+
+def test_a_process_that_keeps_drivers_opens_one_store_per_server(neo4j_uri, tmp_path, monkeypatch):
+    """keep_neo4j_drivers (`mtrag watch`): every open_neo4j of the process gives the one kept store,
+    whose close leaves it open for the next, and which checks the indexes again on each open's
+    first write; a caller with driver settings of its own gets a store of its own."""
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.stores import connect
+    monkeypatch.setenv("NEO4J_URI", neo4j_uri)
+    monkeypatch.setattr(connect, "_KEEP_DRIVERS", False)
+    monkeypatch.setattr(connect, "_DRIVERS", {})
+    settings = Settings(home=tmp_path)
+    apart = connect.open_neo4j(settings)
+    assert isinstance(apart, Neo4jStore)
+    apart.close()
+    connect.keep_neo4j_drivers()
+    with connect.open_neo4j(settings) as first:
+        first.ensure_schema()
+        assert first._schema_ok
+    with connect.open_neo4j(settings) as second:
+        assert second is first and not second._schema_ok  # closed by neither block
+        assert second.markers() is not None
+    own = connect.open_neo4j(settings, connection_acquisition_timeout=5.0)
+    assert isinstance(own, Neo4jStore) and own is not first
+    own.close()
+    assert connect.close_kept_neo4j_drivers() == 1 and connect._DRIVERS == {}

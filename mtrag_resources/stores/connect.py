@@ -132,7 +132,40 @@ def open_neo4j(settings: Settings, **driver_config):
     from mtrag_resources.stores.neo4j_server import neo4j_connection
     from mtrag_resources.stores.neo4j_store import Neo4jStore
     uri, user, password = neo4j_connection(settings)
-    return Neo4jStore(uri, user, password, **driver_config)
+    if not _KEEP_DRIVERS or driver_config:
+        return Neo4jStore(uri, user, password, **driver_config)
+    key = (os.getpid(), uri, user, password)
+    with _DRIVERS_LOCK:
+        store = _DRIVERS.get(key)
+        if store is None:
+            store = _DRIVERS[key] = Neo4jStore(uri, user, password)
+    store._schema_ok = False  # as a new store: its first write checks the indexes again
+    return _Borrowed(store)
+
+
+# Neo4j stores kept open by this process (keep_neo4j_drivers: `mtrag watch`), by pid, server and
+# user: a watch batch opened Neo4j six times (the session's markers, two checks, the graph and
+# links stages, the gate), each a new driver, connection and authentication. A kept driver's pool
+# reconnects to a restarted server by itself.
+_DRIVERS: dict[tuple, object] = {}
+_DRIVERS_LOCK = threading.Lock()
+_KEEP_DRIVERS = False
+
+
+def keep_neo4j_drivers() -> None:
+    """From now on open_neo4j (without driver settings) gives this process's one store per server."""
+    global _KEEP_DRIVERS
+    _KEEP_DRIVERS = True
+
+
+def close_kept_neo4j_drivers() -> int:
+    """Close the kept stores (a watch that stops); returns how many."""
+    with _DRIVERS_LOCK:
+        stores = list(_DRIVERS.values())
+        _DRIVERS.clear()
+    for store in stores:
+        store.close()
+    return len(stores)
 
 
 def open_published_qdrant(settings: Settings, snapshot: str | None, adopted: dict | None = None):
