@@ -37,3 +37,17 @@ def test_held_rows_are_the_checked_rows(tmp_path):
     path = tmp_path / "chunks.parquet"
     tables.write_rows(path, _rows(True))
     assert checked_rows(path) is tables.read_shared(path)
+
+
+def test_the_checks_derive_each_rows_list_once_and_a_new_list_again():
+    """check_parents and check_counts take what they derive from a rows list from a memo by the
+    list (the stages' shared rows: one list until the table changes); another list, even one equal
+    in length, is derived again."""
+    from mtrag_resources.publish import checks
+    rows = _rows(True)
+    assert check_parents("src", rows).metadata == {"dangling": 1}
+    assert checks._row_facts(rows) is checks._row_facts(rows)
+    fixed = [dict(r, parent_id="p") if r["chunk_id"] == "c2" else r for r in rows]
+    assert check_parents("src", fixed).passed
+    assert checks._row_facts(fixed).children == 2 and checks._row_facts(fixed).vector_hashes == ["h2", "h3"]
+    assert check_parents("src", rows).metadata == {"dangling": 1}
