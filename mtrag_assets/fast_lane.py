@@ -29,9 +29,10 @@ from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSI
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.build_state import mark_dirty
+from mtrag_resources.stages.raw_source import changed_paths
 from mtrag_resources.stages.warm import warm_stage_memos
 from mtrag_resources.core.task_graph import Task, run_graph
-from mtrag_resources.stores.connect import open_neo4j, shared_stores, sharing_stores
+from mtrag_resources.stores.connect import keep_neo4j_drivers, open_neo4j, shared_stores, sharing_stores
 
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import GLOBAL_ASSETS, PARTITIONED_ASSETS
@@ -124,6 +125,7 @@ def warm_up(settings: Settings | None = None, source_ids: list[str] | None = Non
     _context({PLANE_TAG: "watch"}, None)
     if settings is None:
         return
+    keep_neo4j_drivers()  # one driver and its pooled connections for every batch of this process
     try:
         warm_stage_memos(settings, source_ids or [], specs)
     except Exception:  # noqa: BLE001 - a source not built yet (or its tables gone): its first batch reads them
@@ -148,13 +150,15 @@ def _stage_pool() -> ThreadPoolExecutor:
 
 
 def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print,
-              keep_qdrant: bool = False) -> Batch:
+              keep_qdrant: bool = False, changed: dict[str, set[str]] | None = None) -> Batch:
     """Materialise `targets`' partitions and publish, without a run; returns the batch's events
     for `record` (the caller records them after this returns: the generation is published).
     A stage starts once the stages it reads are done and the blocking checks on those passed, as
     in a run (see _batch_tasks), so a source's store writes run side by side. Sources go one after
     another; the manifest comes last. `keep_qdrant`: the embedded Qdrant stays open for the next
-    batch (connect.close_parked_qdrant closes it)."""
+    batch (connect.close_parked_qdrant closes it). `changed`: per folder source, the paths (relative
+    to its root) that alone changed since its last snapshot (the watcher's events): its raw stage
+    reads only those again."""
     batch = Batch(batch_id=f"watch-{uuid.uuid4().hex[:12]}", tags={PLANE_TAG: "watch"})
     batch.tags[BATCH_TAG] = batch.batch_id
     resource = MtragResource()
@@ -162,8 +166,9 @@ def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], l
     with build_session(settings, specs, targets, log, keep_qdrant=keep_qdrant) as targets:
         stores = shared_stores()
         tasks = _batch_tasks(settings, resource, batch, targets, checks)
-        results = run_graph({name: Task(_in_thread_of(stores, task.run), task.after) for name, task in tasks.items()},
-                            _stage_pool())
+        with changed_paths(changed or {}):
+            results = run_graph({name: Task(_in_thread_of(stores, task.run), task.after) for name, task in tasks.items()},
+                                _stage_pool())
     for sid in targets:  # the events in the jobs' order, each check after the last asset it reads
         for asset in PARTITIONED_ASSETS:
             key = _one_key(asset)

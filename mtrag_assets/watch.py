@@ -17,6 +17,7 @@ between batches. While changes keep coming, the embedded Qdrant stays open betwe
 most."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -32,7 +33,7 @@ from mtrag_resources.publish.build_state import changed_sources, publish_pending
 from mtrag_resources.publish.journal import append_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import SourceLayout
-from mtrag_resources.stores.connect import close_parked_qdrant
+from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant
 
 from mtrag_assets.policies import PLANE_TAG
 
@@ -48,6 +49,15 @@ def _relative(path: Path, root: Path) -> str | None:
     """`path` relative to a source root, or None outside it."""
     try:
         return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def _named(path: Path, root: Path) -> str | None:
+    """`path` relative to a source root as the event named it (a symlink is not followed), or None
+    outside it."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(root).as_posix()
     except ValueError:
         return None
 
@@ -220,8 +230,11 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             targets += _moved_refs(settings, git_by_id, git_dirs, paths)
         if not targets:  # a git folder's own bookkeeping (objects, index, logs): no ref moved
             return
+        # the raw stage reads only what the events named (the rescan below catches what they missed)
+        changed = {sid: {rel for rel in (_named(p, roots[sid]) for p in paths) if rel is not None}
+                   for sid in targets if sid in roots} if paths else None
         try:
-            batch = run_batch(settings, specs, targets, log=lambda line: None, keep_qdrant=True)
+            batch = run_batch(settings, specs, targets, log=lambda line: None, keep_qdrant=True, changed=changed)
         except Exception as exc:  # noqa: BLE001 - the next batch converges through a run
             close_parked_qdrant()  # a build of another process may be what it ran into
             converge_next["pending"] = True
@@ -298,5 +311,6 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
                 apply(set(), "rescan", lagging)
     close_parked_qdrant()
     recorder.shutdown(wait=True)
+    close_kept_neo4j_drivers()
     log("stopped")
     return 0

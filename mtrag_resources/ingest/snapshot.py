@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import SourceLayout, spec_root
-from mtrag_resources.ingest.inventory import TOO_LARGE, FileEntry, Inventory, git_commit, scan
+from mtrag_resources.ingest.inventory import TOO_LARGE, FileEntry, Inventory, git_commit, rescan, scan
 from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 
 if TYPE_CHECKING:  # dulwich is imported where a git source is read (folder-only builds never load it)
@@ -26,12 +26,15 @@ def load_inventory(layout: SourceLayout) -> Inventory | None:
 
 
 def scan_source(settings: Settings, spec: SourceSpec, keep: Callable[[bytes, str], object] | None = None,
-                stats: "ScanStats | None" = None) -> Inventory:
+                stats: "ScanStats | None" = None, changed: set[str] | None = None) -> Inventory:
     """A fresh inventory, reusing the previous snapshot's hashes for files whose stat is unchanged.
     An sdist has no commit: the git HEAD found above its unpacked folder (MTRAG_HOME inside a
     repository) is the enclosing repository's, not the package's; its pin names it instead.
     A git source is the tree at its ref's commit (`scan_git`; `keep` gets each blob it reads,
-    `stats` how it was taken); an unusable one raises SourceConfigError naming the entry."""
+    `stats` how it was taken); an unusable one raises SourceConfigError naming the entry.
+    `changed`: a folder source's paths (relative to its root) that alone changed since the last
+    snapshot, as a watcher saw them: only those are read again (inventory.rescan; `stats.mode`
+    "rescan" then, else the folder is walked)."""
     layout = SourceLayout(settings, spec.id)
     if spec.git is not None or spec.error:
         from mtrag_resources.ingest.git_source import GitError, scan_git
@@ -47,8 +50,16 @@ def scan_source(settings: Settings, spec: SourceSpec, keep: Callable[[bytes, str
         return inventory
     if spec.kind == "issues":  # one export file (ingest/issues.py)
         return scan_export(settings, spec, load_inventory(layout))
-    inventory = scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
-                     previous=load_inventory(layout), kind=spec.kind)
+    previous = load_inventory(layout)
+    inventory = None
+    if changed is not None and previous is not None:
+        inventory = rescan(previous, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
+                           changed, kind=spec.kind)
+    if inventory is None:
+        inventory = scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
+                         previous=previous, kind=spec.kind)
+    elif stats is not None:  # how the folder was read: the named paths only
+        stats.mode, stats.changed_paths = "rescan", len(changed)
     if spec.pip_sdist:
         inventory.commit = ""
     return inventory

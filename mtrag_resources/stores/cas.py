@@ -15,6 +15,7 @@ URI_PREFIX = "cas://sha256/"
 class ContentStore:
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._blobs = os.fspath(self.root / "blobs")
 
     def path_for(self, digest: str) -> Path:
         return self.root / "blobs" / digest[:2] / digest[2:4] / digest
@@ -50,4 +51,6 @@ class ContentStore:
         return self.get_bytes(digest_or_uri).decode("utf-8", errors="replace")
 
     def has(self, digest: str) -> bool:
-        return self.path_for(digest).exists()
+        # a string path: the raw stage asks for every file of a source each batch (1,540 Paths
+        # built at django's size were ~6 ms of it)
+        return os.path.exists(f"{self._blobs}/{digest[:2]}/{digest[2:4]}/{digest}")
