@@ -198,6 +198,11 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
     reused = [r.asset_materialization.metadata["calls_reused"].value for r in graphs
               if not r.run_id and "calls_reused" in r.asset_materialization.metadata]
     assert reused and max(reused) > 0, reused
+    # the watch's raw stage read the paths its events named, not the whole folder
+    raws = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("raw_source"),
+                                                                 asset_partitions=["shop"]), limit=20).records
+    scans = [r.asset_materialization.metadata["folder_scan"].value for r in raws if not r.run_id]
+    assert any(s.startswith("rescan of ") for s in scans), scans
     # ... and its links stage kept the reference resolutions whose index entries did not change
     links = instance.fetch_materializations(dg.AssetKey("cross_source_links"), limit=20).records
     kept = [r.asset_materialization.metadata["targets_kept"].value for r in links
