@@ -285,3 +285,42 @@ def test_a_snapshot_of_other_columns_is_no_base(tmp_path):
     state.write_text(state.read_text().replace('"columns"', '"ignored"'))
     assert snapshot.load().columns is None
     assert snapshot.base_for("g2", {"v": 1}, {"chunks": table}) is None
+
+
+@dataclass
+class Labelled:
+    id: str
+    label: str
+    v: int = 0
+
+
+_VERSION_OPS = st.lists(st.tuples(st.sampled_from(["keep", "renew", "change", "drop"]), st.integers(0, 30),
+                                  st.sampled_from(["Function", "Class", "Chunk"])), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(_VERSION_OPS, min_size=1, max_size=6))
+def test_rows_where_brought_up_to_date_is_the_filter_of_the_rows_held(tmp_path, steps):
+    """rows_where's answer after write_rows_changed's merges, taken from its last answer and the
+    change, holds the very instances (not only equal ones) a filter of the rows held gives, in
+    their order: rows new, gone, changed, or new instances equal to the old ones."""
+    from mtrag_resources.stores.tables import rows_where
+    table = tmp_path / f"labelled-{len(steps)}.parquet"
+    table.unlink(missing_ok=True)
+    rows = {f"{i:02d}": Labelled(f"{i:02d}", ("Function", "Class", "Chunk")[i % 3]) for i in range(0, 30, 2)}
+    write_rows(table, sorted(rows.values(), key=lambda r: r.id), Labelled)
+    for step in steps:
+        asked = rows_where(table, Labelled, "label", ["Function", "Class"])  # the answer to bring up to date
+        for op, i, label in step:
+            k = f"{i:02d}"
+            if op == "renew" and k in rows:
+                rows[k] = Labelled(rows[k].id, rows[k].label, rows[k].v)
+            elif op == "change":
+                rows[k] = Labelled(k, label, (rows[k].v + 1) if k in rows else 0)
+            elif op == "drop":
+                rows.pop(k, None)
+        held = sorted(rows.values(), key=lambda r: r.id)
+        write_rows_changed(table, held, Labelled, "id")
+        got = rows_where(table, Labelled, "label", ["Function", "Class"])
+        want = [r for r in held if r.label in ("Function", "Class")]
+        assert len(got) == len(want) and all(a is b for a, b in zip(got, want)), (asked, got, want)
