@@ -315,7 +315,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     skipped_docs = {f.path: f.reason for f in inventory.skipped if is_pdf_skip(f.reason)}
     skipped_docs.update((path, e["skipped"]) for path, e in sorted(index.items()) if e.get("skipped"))
     reparsed = len(index) - len(kept)
-    generation = chunk_set_generation(rows)
+    generation = chunk_set_generation(rows, spec.id)
     update_state(layout, generation=generation)
     # counted in the Arrow table, not over the row dicts (five passes over django's 24k rows: ~25 ms
     # of every watch batch)

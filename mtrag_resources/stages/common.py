@@ -6,6 +6,7 @@ import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 from mtrag_resources.core.layout import SourceLayout
@@ -37,20 +38,38 @@ def digest_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def chunk_set_generation(chunk_rows: list[dict]) -> str:
+def chunk_set_generation(chunk_rows: list[dict], source_id: str | None = None) -> str:
     """A source's generation: digest of its chunk set (ids, hashes, parents, places) plus the
-    code versions of the stages that shape the stores."""
+    code versions of the stages that shape the stores. `source_id`: this process keeps each row's
+    part of the digest for that source's next call (a row of an unchanged file is the same dict:
+    formatting every row of django's 14k again was ~15 ms of each watch batch)."""
     h = hashlib.sha256()
     for name in ("cas_chunks", "canonical_graph", "qdrant_collection", "fts_db", "neo4j_graph"):
         h.update(f"{name}={CODE_VERSIONS[name]};".encode())
-    for r in sorted(chunk_rows, key=lambda r: r["chunk_id"]):
-        h.update(f"{r['chunk_id']}\0{r['content_hash']}\0{r['parent_id'] or ''}\0{r['file_path']}\0"
-                 f"{r['start_line']}\0{r['end_line']}\n".encode())
-        if r.get("embed_hash"):  # what the vector embeds, when not the text (ingest/embed_text.py)
-            h.update(f"e{r['embed_hash']}\n".encode())
-        if r.get("page"):  # a PDF chunk's page is in its payload and FTS row: a moved page is a change
-            h.update(f"p{r['page']}\n".encode())
+    last = _ROW_LINES.get(source_id, {}) if source_id is not None else {}
+    lines: dict[int, tuple[dict, bytes]] = {}
+    for r in sorted(chunk_rows, key=itemgetter("chunk_id")):
+        held = last.get(id(r))
+        line = held[1] if held is not None and held[0] is r else _row_line(r)
+        lines[id(r)] = (r, line)
+        h.update(line)
+    if source_id is not None:
+        _ROW_LINES[source_id] = lines
     return h.hexdigest()[:24]
+
+
+# Per source, each chunk row's part of the generation digest, by the row (held: its id is not reused).
+_ROW_LINES: dict[str, dict[int, tuple[dict, bytes]]] = {}
+
+
+def _row_line(r: dict) -> bytes:
+    line = (f"{r['chunk_id']}\0{r['content_hash']}\0{r['parent_id'] or ''}\0{r['file_path']}\0"
+            f"{r['start_line']}\0{r['end_line']}\n")
+    if r.get("embed_hash"):  # what the vector embeds, when not the text (ingest/embed_text.py)
+        line += f"e{r['embed_hash']}\n"
+    if r.get("page"):  # a PDF chunk's page is in its payload and FTS row: a moved page is a change
+        line += f"p{r['page']}\n"
+    return line.encode()
 
 
 @contextmanager
