@@ -132,6 +132,15 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
             else:  # another file's fact made it last time
                 add(*args)
 
+    def replayed(last_of: dict[int, _FileCalls], pf: ParsedFile) -> _FileCalls | None:
+        """The file's _FileCalls of the last resolution, its edges added again as they were, where
+        it is the same file and read no entry that changed since; else None (nothing added)."""
+        was = last_of.get(id(pf))
+        if was is None or was.parsed is not pf or not changed.isdisjoint(was.tokens):
+            return None
+        replay(was.attempts)
+        return was
+
     resolver.in_bases_pass = True
     for pf in parsed:  # bases first: `self.m()` may resolve to an inherited method
         for fact in pf.bases:
@@ -159,13 +168,11 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
     for pf in parsed:
         if not pf.calls:
             continue
-        was = last_files.get(id(pf))
-        if was is not None and was.parsed is pf and changed.isdisjoint(was.tokens):
-            # An unchanged file none of whose calls read a changed entry: its edges as they were
+        was = replayed(last_files, pf)
+        if was is not None:  # an unchanged file none of whose calls read a changed entry
             size = len(resolved)
             resolved.update(was.resolved)
             reused += len(resolved) - size
-            replay(was.attempts)
             files[id(pf)] = was
             continue
         mine: dict = {}
@@ -200,9 +207,8 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
     for pf in parsed:
         if not pf.imports:
             continue
-        was = last_imports.get(id(pf))
-        if was is not None and was.parsed is pf and changed.isdisjoint(was.tokens):
-            replay(was.attempts)
+        was = replayed(last_imports, pf)
+        if was is not None:
             file_imports[id(pf)] = was
             continue
         attempts: list | None = [] if reuse else None
