@@ -163,12 +163,16 @@ def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
     for rel, full, walk_reason, dirent in _walk(root, include):
         if dirent.is_symlink():
             links.append(rel)
-        # A symlinked directory is reported whatever the include globs say: it may hide files
-        # the maintainer expected to be indexed.
-        if (not walk_reason and not matches_any(rel, include)) or matches_any(rel, exclude):
+        if not _taken(rel, walk_reason, include, exclude):
             continue
         files.append(_entry(root, rel, Path(full), walk_reason, max_file_bytes, cache.get(rel), kind, dirent))
     return Inventory(source_id=source_id, root=str(root), commit=git_commit(root), files=files, links=sorted(links))
+
+
+def _taken(rel: str, walk_reason: str | None, include, exclude) -> bool:
+    """Does the inventory list this walked entry? A symlinked directory is reported whatever the
+    include globs say (it may hide files the maintainer expected to be indexed); no excluded one."""
+    return (bool(walk_reason) or matches_any(rel, include)) and not matches_any(rel, exclude)
 
 
 def rescan(previous: Inventory, root: Path, include, exclude, max_file_bytes: int, changed: set[str],
@@ -216,7 +220,7 @@ def rescan(previous: Inventory, root: Path, include, exclude, max_file_bytes: in
         else:
             continue  # removed
         for sub, path, reason in found:
-            if (not reason and not matches_any(sub, include)) or matches_any(sub, exclude):
+            if not _taken(sub, reason, include, exclude):
                 continue
             files[sub] = _entry(root, sub, path, reason, max_file_bytes, cache.get(sub), kind)
     ordered = sorted(files.values(), key=_walk_key)

@@ -94,15 +94,17 @@ def _load_index(layout: SourceLayout) -> dict:
     except (FileNotFoundError, ValueError):
         return {}
     files = doc["files"] if doc.get("code_version") == CODE_VERSIONS["cas_chunks"] else {}
-    if key is not None:
-        _INDEX[path] = (key, files)
+    _hold_index(path, key, files)
     return files
 
 
 def _write_index(layout: SourceLayout, files: dict) -> None:
     write_bytes_atomic(layout.facts, json.dumps({"code_version": CODE_VERSIONS["cas_chunks"], "files": files}).encode())
     path = os.path.abspath(layout.facts)
-    key = _index_identity(path)
+    _hold_index(path, _index_identity(path), files)
+
+
+def _hold_index(path: str, key: tuple | None, files: dict) -> None:
     if key is not None:
         _INDEX[path] = (key, files)
 

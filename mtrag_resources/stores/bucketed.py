@@ -176,9 +176,9 @@ def _rows_by_bucket(column: pa.ChunkedArray, buckets: int) -> dict[int, np.ndarr
                               count=len(distinct))
     row_buckets = of_distinct[pc.index_in(values, value_set=distinct).to_numpy()]
     order = np.argsort(row_buckets, kind="stable")
-    ends = np.cumsum(np.bincount(row_buckets, minlength=buckets))
-    return {b: order[ends[b - 1] if b else 0:ends[b]] for b in range(buckets)
-            if ends[b] > (ends[b - 1] if b else 0)}
+    counts = np.bincount(row_buckets, minlength=buckets)
+    ends = np.cumsum(counts)
+    return {int(b): order[ends[b] - counts[b]:ends[b]] for b in np.flatnonzero(counts)}
 
 
 def _same_bucketing(manifest: dict | None, bucketing: Bucketing) -> dict | None:

@@ -304,11 +304,7 @@ class FtsStore:
                     keep.add(old[1])
                 else:
                     drop.append((old[0],))
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop (rid INTEGER PRIMARY KEY)")
-            conn.execute("DELETE FROM temp.mtrag_drop")
-            conn.executemany("INSERT INTO temp.mtrag_drop(rid) VALUES (?)", drop)
-            self._delete_rids(conn, "SELECT rid FROM temp.mtrag_drop", ())
-            conn.execute("DELETE FROM temp.mtrag_drop")
+            self._delete_staged(conn, lambda: conn.executemany("INSERT INTO temp.mtrag_drop(rid) VALUES (?)", drop))
             conn.execute("DELETE FROM exact_aliases WHERE source_id = ?", (source_id,))
             inserts = [rec for rec in records if rec[0] not in keep]
             self._insert_rows(conn, source_id, inserts, alias_records)
@@ -346,12 +342,9 @@ class FtsStore:
             conn.executemany("INSERT OR IGNORE INTO temp.mtrag_drop_ids(chunk_id) VALUES (?)", [(c,) for c in drop])
             # Rows and aliases are found by chunk_id's index (`+source_id`: not by the source's
             # index, which visited every row of the source: ~50 ms a django watch batch), once.
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop (rid INTEGER PRIMARY KEY)")
-            conn.execute("DELETE FROM temp.mtrag_drop")
-            conn.execute("INSERT INTO temp.mtrag_drop(rid) SELECT rid FROM chunks WHERE chunk_id IN "
-                         "(SELECT chunk_id FROM temp.mtrag_drop_ids) AND +source_id = ?", (source_id,))
-            self._delete_rids(conn, "SELECT rid FROM temp.mtrag_drop", ())
-            conn.execute("DELETE FROM temp.mtrag_drop")
+            self._delete_staged(conn, lambda: conn.execute(
+                "INSERT INTO temp.mtrag_drop(rid) SELECT rid FROM chunks WHERE chunk_id IN "
+                "(SELECT chunk_id FROM temp.mtrag_drop_ids) AND +source_id = ?", (source_id,)))
             if replaced_kinds:
                 kinds = ", ".join("?" * len(replaced_kinds))
                 conn.execute(f"DELETE FROM exact_aliases WHERE source_id = ? AND alias_kind IN ({kinds})",
@@ -487,6 +480,16 @@ class FtsStore:
     def _delete_rows(conn: sqlite3.Connection, source_id: str) -> None:
         FtsStore._delete_rids(conn, "SELECT rid FROM chunks WHERE source_id = ?", (source_id,))
         conn.execute("DELETE FROM exact_aliases WHERE source_id = ?", (source_id,))
+
+    @staticmethod
+    def _delete_staged(conn: sqlite3.Connection, stage) -> None:
+        """Delete the chunk rows (and their FTS entries) whose rids `stage()` puts into the empty
+        temp.mtrag_drop: a set of rids read once, however many statements select by it."""
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS mtrag_drop (rid INTEGER PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.mtrag_drop")
+        stage()
+        FtsStore._delete_rids(conn, "SELECT rid FROM temp.mtrag_drop", ())
+        conn.execute("DELETE FROM temp.mtrag_drop")
 
     @staticmethod
     def _delete_rids(conn: sqlite3.Connection, rid_select: str, args: tuple) -> None:

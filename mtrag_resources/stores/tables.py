@@ -494,11 +494,9 @@ class RowChanges:
 # into it instead of reading the file back.
 _ARROW: dict[str, tuple[tuple, pa.Table]] = {}
 # Per file, write_rows_changed's last merge: (the rows before, the rows after, the change, the key
-# column), for rows_where to bring its answer for the rows before up to date.
+# column), for rows_where to bring its answer for the rows before up to date; and the next write's
+# previous rows are usually those rows after, known unique and in key order.
 _CHANGES: dict[str, tuple[list, list, "RowChanges", str]] = {}
-# Per file, the last rows list write_rows_changed found unique and in key order: the next write's
-# previous rows are usually that very list and are not checked again.
-_KEYED: dict[str, list] = {}
 # A merged table is slices of the ones before it: combined into one chunk per column past this many.
 _MAX_CHUNKS = 64
 # A change of more rows than this is merged by a filter and a sort (copies) rather than by slices.
@@ -517,10 +515,9 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
     path = Path(path)
     name = str(path.resolve())
     old = cached_rows(path, row_type)
-    changes = _row_changes(old, rows, pk, checked=old is not None and old is _KEYED.get(name)) \
-        if old is not None else None
-    if changes is not None:
-        _KEYED[name] = rows
+    last = _CHANGES.get(name)
+    # rows the last merge found unique and in key order are not checked again
+    changes = _row_changes(old, rows, pk, checked=last is not None and old is last[1]) if old is not None else None
     merged = _merged(path, _ARROW.get(name), changes, rows, pk) if changes is not None else None
     if merged is None:
         _CHANGES.pop(name, None)
