@@ -46,6 +46,11 @@ def test_full_build_publishes_every_store_and_rebuild_embeds_nothing(mtrag_env):
     counts = store_counts("shop", "code")
     assert counts["qdrant"] == len(children) == counts["fts"]["child_rows"]
     assert counts["neo4j"]["chunks"] == len(rows)
+    # the manifest's counts (from the chunk table's role column) are the table's
+    assert manifest["sources"]["shop"]["counts"] == {
+        "chunks": len(rows), "children": len(children), "parents": sum(r["role"] == "parent" for r in rows),
+        "files": manifest["sources"]["shop"]["counts"]["files"]}
+    assert manifest["sources"]["shop"]["counts"]["parents"] > 0
     assert latest_metadata("embedding_cache", "shop")["embedded"] == len({r["content_hash"] for r in children})
     assert {"CALLS", "DEFINES", "INHERITS"} <= set(counts["neo4j"]["relationships"])
 
