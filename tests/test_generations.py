@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -281,4 +282,44 @@ def test_a_switch_keeps_the_live_graph_connection(mtrag_env):
         paths = reader.paths("shopcart.cart.Cart.total", rel_types=["CALLS"], max_hops=3)
         assert paths["generation"] == 2 and paths["paths"]
     finally:
+        reader.close()
+
+
+def test_a_serving_reader_loads_a_changed_collection_only_when_no_query_is_in_flight(mtrag_env, monkeypatch):
+    """Loading an Edge shard holds the GIL, so a query in flight would stall for it: a serving
+    reader's switch (watch_current) waits for the queries in flight to end before it loads the
+    changed collection, and serves the loaded generation meanwhile."""
+    from mtrag_resources.serving import reader as reader_module
+    monkeypatch.setattr(reader_module, "SWITCH_QUIET_WAIT_S", 60.0)  # no giving up within the test
+    build()
+    reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    in_flight, done = threading.Event(), threading.Event()
+    try:
+        assert reader.query("apply the regional tax", k=5)["generation"] == 1
+        core = reader._core()
+        reader.watch_current()
+
+        def query_in_flight():
+            with core._lock.shared():  # what a query holds while it reads the loaded generation
+                in_flight.set()
+                done.wait(60)
+
+        holder = threading.Thread(target=query_in_flight)
+        holder.start()
+        in_flight.wait(10)
+        _edit_tax(mtrag_env, "paced")
+        build()
+        time.sleep(1.0)  # many switch polls: the new generation is linked, its code shard not loaded
+        assert core.manifest["generation"] == 1
+        assert core._open_qdrants == [core._qdrant]  # generation 2's store is not open yet
+        done.set()
+        holder.join(10)
+        deadline = time.monotonic() + 30
+        while core.manifest["generation"] != 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert core.manifest["generation"] == 2
+        answer = reader.query("round to cents (paced)", k=5)
+        assert answer["generation"] == 2 and any("tax.py" in h["file_path"] for h in answer["hits"])
+    finally:
+        done.set()
         reader.close()

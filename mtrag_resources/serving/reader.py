@@ -41,6 +41,7 @@ from mtrag_resources.core.layout import current_path
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant
 from mtrag_resources.stores.qdrant_folder import unchanged_collections
 from mtrag_resources.stores.page_cache import read_through
+from mtrag_resources.stores.qdrant_edge_client import paced_loads
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
@@ -66,6 +67,9 @@ NEO4J_RETRY_S = 5.0
 SWITCH_RETRY_S = 2.0
 # How often a long-lived reader looks at CURRENT (a stat): a published change is served within it.
 SWITCH_POLL_S = 0.05
+# How long a switch waits for a moment with no query in flight before it loads a changed collection
+# anyway (under a load that never pauses).
+SWITCH_QUIET_WAIT_S = 0.25
 
 
 # A query whose best three hits are all farther than this (cosine, in the query's vector space) is
@@ -213,7 +217,11 @@ class ReaderCore:
                 # the loaded shards: loading one holds the GIL (~40-100 ms a collection at
                 # django's size), and every query waits that long
                 adopted = {} if first_load or not manifest else self._adoptable(manifest)
-                stores = self._open_stores(manifest, graph, adopted) if manifest else (None, None, None, None)
+                # A serving reader loads the changed collections' shards where no query is in
+                # flight (the load holds the GIL): queries answer from the loaded one meanwhile.
+                paced = not first_load and self._watching.is_set()
+                with paced_loads(lambda: paced and self._lock.wait_idle(SWITCH_QUIET_WAIT_S)):
+                    stores = self._open_stores(manifest, graph, adopted) if manifest else (None, None, None, None)
                 if not first_load and isinstance(stores[3], Future):
                     # A switch thread waits for the graph connection itself: a query after the
                     # swap must not wait for it (an unreachable Neo4j takes its connect timeout).

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 
 class SharedLock:
@@ -38,3 +39,15 @@ class SharedLock:
             with self._cond:
                 self._writing = False
                 self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no reader holds the lock, at most `timeout` seconds, without taking it
+        (a reader may start right after). True: none did when this returned."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._readers:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,6 +33,29 @@ def _edge():
     import qdrant_edge  # imported on first use: the default (local) engine never needs it
 
     return qdrant_edge
+
+
+# Per thread, what a shard load waits for first (paced_loads).
+_PACING = threading.local()
+
+
+@contextmanager
+def paced_loads(wait: Callable[[], object]):
+    """Each shard this thread loads meanwhile calls `wait()` first. qdrant-edge-py holds the GIL for
+    a whole load (~25 ms for django's code collection alone, 50-60 ms beside queries), so every
+    query of the process stalls that long: a serving reader's switch waits for a moment without
+    one in flight."""
+    _PACING.wait = wait
+    try:
+        yield
+    finally:
+        _PACING.wait = None
+
+
+def _before_load() -> None:
+    wait = getattr(_PACING, "wait", None)
+    if wait is not None:
+        wait()
 
 
 def is_edge_shard(folder: Path) -> bool:
@@ -152,6 +178,7 @@ class EdgeClient:
         try:
             for folder in sorted(self.root.iterdir()):
                 if folder.is_dir() and folder.name not in self._shards and is_edge_shard(folder):
+                    _before_load()
                     self._shards[folder.name] = _edge().EdgeShard.load(str(folder))
                     self.homes[folder.name] = folder
                     self._owned.add(folder.name)
