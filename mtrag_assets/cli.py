@@ -162,9 +162,13 @@ def cmd_watch(args) -> int:
     """The fast lane (mtrag_assets/watch.py): watch the folder sources and publish each change."""
     settings = _settings()
     specs = _load_specs(settings)
+    from mtrag_assets.watch import run_watch, watch_niceness
+    niceness = watch_niceness()  # a bad MTRAG_WATCH_NICE is refused before anything starts
     from mtrag_resources.stores.neo4j_server import launch_local_server
     launch_local_server(settings)
-    from mtrag_assets.watch import run_watch
+    # After the launch (the JVM answers the server's graph queries too) and before any thread
+    # starts: Linux gives each thread its own niceness, and new threads inherit their creator's.
+    os.nice(niceness)
     return run_watch(settings, specs, only=args.source, log=lambda line: print(line, flush=True))
 
 

@@ -43,6 +43,23 @@ RESCAN_S = 5.0  # a stat walk of the watched sources when no event came for this
 # saves, a checkout's files), and is closed after this long without one.
 KEEP_QDRANT_OPEN_S = 3.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+WATCH_NICE = "10"
+
+
+def watch_niceness() -> int:
+    """The CPU niceness `mtrag watch` adds to its own: MTRAG_WATCH_NICE, 10 unless set (0: none).
+    Where `mtrag serve` shares the cores, a batch's stages and its embedding threads then run in
+    what the queries leave, instead of taking a core from a query in flight."""
+    from mtrag_resources.core.config import env
+    from mtrag_resources.core.errors import ConfigError
+    raw = env("MTRAG_WATCH_NICE", WATCH_NICE)
+    try:
+        increment = int(raw)
+    except ValueError:
+        raise ConfigError(f"MTRAG_WATCH_NICE={raw!r}: not a whole number from 0 to 19 (0: no change)") from None
+    if not 0 <= increment <= 19:
+        raise ConfigError(f"MTRAG_WATCH_NICE={raw!r}: not a whole number from 0 to 19 (0: no change)")
+    return increment
 
 
 def _relative(path: Path, root: Path) -> str | None:

@@ -185,6 +185,19 @@ def test_an_unknown_source_is_one_line_exit_2(tmp_path):
     assert "unknown source id(s) ['nope']" in line and "['shop', 'shop-docs']" in line, line
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("value", ["ten", "20", "-5"])
+def test_a_bad_watch_niceness_is_one_line_exit_2_before_anything_starts(tmp_path, value):
+    from tests.corpus import write_corpus
+    paths = write_corpus(tmp_path / "corpus")
+    home = tmp_path / "home"
+    env = {"MTRAG_HOME": str(home), "MTRAG_SOURCES": str(paths["sources"]),
+           "DAGSTER_HOME": str(home / "dagster_home"), "MTRAG_WATCH_NICE": value}
+    line = one_line(mtrag("watch", env=env), 2)
+    assert f"MTRAG_WATCH_NICE={value!r}" in line and "0 to 19" in line, line
+    assert not (home / "neo4j").exists()  # refused before the local Neo4j is launched
+
+
 # ------------------------------------------------------------------------------------------- help
 @pytest.mark.unit
 def test_help_states_every_option_its_default_and_limits():

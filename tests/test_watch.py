@@ -84,6 +84,11 @@ def first_watch(env: dict) -> Watch:
     return watch
 
 
+def niceness(pid: int) -> int:
+    """The process's nice value (field 19 of /proc/PID/stat, after the command's parentheses)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def query(symbol: str) -> dict:
     out = subprocess.run([*CLI, "query", "--json", "--mode", "exact", symbol], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
@@ -118,6 +123,8 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
     env.pop("MTRAG_FAULT", None)
     watch = first_watch(env)
     try:
+        # it runs at MTRAG_WATCH_NICE's default niceness above its parent's: queries go first
+        assert niceness(watch.proc.pid) == min(19, os.nice(0) + 10)
         # an edit: a new function appended to a file
         tax = pkg / "tax.py"
         tax.write_text(tax.read_text() + '\n\ndef watch_added(x):\n    """Added while watched."""\n    return x\n')

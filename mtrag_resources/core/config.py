@@ -53,6 +53,8 @@ ENVIRONMENT: dict[str, Variable] = {
                                      "postgresql://user:password@host:port/db: the Dagster instance's run, "
                                      "event-log and schedule storage in PostgreSQL"),
     "MTRAG_API_KEY": Variable("none", "required by `mtrag serve` for binds other than loopback"),
+    "MTRAG_WATCH_NICE": Variable("10", "the CPU niceness `mtrag watch` adds to its own (0: none), so a server "
+                                       "on the same cores answers queries first"),
     "MTRAG_NIGHTLY_CRON": Variable("0 2 * * *", "the nightly rebuild schedule"),
     "MTRAG_FAULT": Variable("unset", "tests only: a fault point at which the process kills itself"),
     "MTRAG_FAULT_SIGNAL": Variable("KILL", "tests only: `STOP` stops the process at the fault point instead"),
