@@ -56,7 +56,7 @@ def watch_niceness() -> int:
     try:
         increment = int(raw)
     except ValueError:
-        raise ConfigError(f"MTRAG_WATCH_NICE={raw!r}: not a whole number from 0 to 19 (0: no change)") from None
+        increment = -1  # refused below with the out-of-range values
     if not 0 <= increment <= 19:
         raise ConfigError(f"MTRAG_WATCH_NICE={raw!r}: not a whole number from 0 to 19 (0: no change)")
     return increment
