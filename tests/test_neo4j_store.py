@@ -1,6 +1,7 @@
 """Neo4jStore against a real server (the session fixture starts a local one unless NEO4J_URI is set)."""
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -428,6 +429,81 @@ def test_failed_write_leaves_begin_then_converges(neo4j_store, sid, monkeypatch)
     assert neo4j_store.resolve_anchors([f"{sid}:e"])
     again = small.write_source(sid, "g2", nodes2, rels2, chunks2)  # converged: nothing left to write
     assert again["written_relationships"] == 0 and again["written_nodes"] == 0 and again["transactions"] == 0
+
+
+def _copy(store, **attrs):
+    """The same driver with other write settings (batch size, concurrent writers)."""
+    other = Neo4jStore.__new__(Neo4jStore)
+    other.__dict__.update(store.__dict__)
+    other.__dict__.update(attrs)
+    return other
+
+
+def test_a_bulk_first_write_runs_transactions_concurrently_and_commits_last(neo4j_store, sid, monkeypatch):
+    names = tuple(f"f{i}" for i in range(12))
+    nodes, rels, chunks = code_graph(sid, names=names)
+    events: list[tuple] = []
+    # the first two transactions of the writers wait for each other: one at a time, the first waits
+    # alone and the barrier breaks (the write fails)
+    both_in_flight = threading.Barrier(2, timeout=30)
+    writer_calls = iter(range(10**6))
+    real = Neo4jStore._run_batch
+
+    def recording(self, session, statements):
+        marker = any(q == Neo4jStore._MARKER for q, _ in statements)
+        events.append(("start", threading.current_thread().name, marker))
+        if threading.current_thread().name.startswith("neo4j-writer") and next(writer_calls) < 2:
+            both_in_flight.wait()
+        try:
+            return real(self, session, statements)
+        finally:
+            events.append(("end", threading.current_thread().name, marker))
+
+    monkeypatch.setattr(Neo4jStore, "_run_batch", recording)
+    stats = _copy(neo4j_store, batch_size=3, writers=2).write_source(sid, "g1", nodes, rels, chunks)
+    monkeypatch.setattr(Neo4jStore, "_run_batch", real)
+
+    writers = {name for _, name, _ in events if name.startswith("neo4j-writer")}
+    assert len(writers) == 2
+    commit_start = events.index(next(e for e in events if e[0] == "start" and e[2]))
+    assert [e for e in events if e[2]] == [events[commit_start], events[-1]]  # the marker's transaction came last
+    assert len([e for e in events[:commit_start] if e[0] == "end"]) == len(
+        [e for e in events[:commit_start] if e[0] == "start"])  # ... after every other one had ended
+    assert neo4j_store.marker(sid).state == COMMITTED
+    counts = neo4j_store.counts(sid)
+    assert counts["total_nodes"] == len(nodes) + len(chunks) and stats["written_nodes"] == counts["total_nodes"]
+    assert counts["relationships"] == {"DEFINES": 12, "CALLS": 11, "HAS_CHUNK": 12}
+    # one transaction at a time finds every row the concurrent ones wrote exactly as it would write it
+    again = _copy(neo4j_store, writers=1).write_source(sid, "g1", nodes, rels, chunks)
+    assert again["written_relationships"] == 0 and again["written_nodes"] == 0 and again["transactions"] == 0
+
+
+def test_a_failed_concurrent_transaction_fails_the_write_then_a_rerun_converges(neo4j_store, sid, monkeypatch):
+    nodes, rels, chunks = code_graph(sid, names=tuple(f"f{i}" for i in range(12)))
+    bulk = _copy(neo4j_store, batch_size=3, writers=2)
+    real = Neo4jStore._run_batch
+    calls = {"writer": 0}
+    lock = threading.Lock()
+
+    def flaky(self, session, statements):
+        if threading.current_thread().name.startswith("neo4j-writer"):
+            with lock:
+                calls["writer"] += 1
+                n = calls["writer"]
+            if n == 3:
+                raise RuntimeError("injected failure in a concurrent transaction")
+        return real(self, session, statements)
+
+    monkeypatch.setattr(Neo4jStore, "_run_batch", flaky)
+    with pytest.raises(RuntimeError, match="injected"):
+        bulk.write_source(sid, "g1", nodes, rels, chunks)
+    assert neo4j_store.marker(sid).state == BEGIN
+    monkeypatch.setattr(Neo4jStore, "_run_batch", real)
+    bulk.write_source(sid, "g1", nodes, rels, chunks)
+    assert neo4j_store.marker(sid).state == COMMITTED
+    assert neo4j_store.counts(sid)["relationships"] == {"DEFINES": 12, "CALLS": 11, "HAS_CHUNK": 12}
+    again = bulk.write_source(sid, "g1", nodes, rels, chunks)
+    assert again["written_relationships"] == 0 and again["written_nodes"] == 0
 
 
 # --------------------------------------------------------------------------------------- queries

@@ -24,7 +24,8 @@ Model:
   rewrite costs one read. The diff is taken against the graph as it is, so a rerun converges after
   a half-finished write too.
 - the difference goes as list rows in UNWIND statements of STATEMENT_ROWS rows, pipelined, in
-  transactions of at most `batch_size` rows.
+  transactions of at most `batch_size` rows; transactions of CREATEs only (a first write's bulk)
+  run `writers` at a time.
 - `(:ProjectionMarker {source_id, generation, state})` brackets each write: 'begin' first (committed
   by the transaction that reads the projection), 'committed' by the last batch's transaction (or
   right after the read when nothing changed).
@@ -36,6 +37,7 @@ import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from mtrag_resources.stores.neo4j_driver import ClientError, GraphDatabase, RoutingControl
@@ -55,7 +57,8 @@ BRIDGE_TYPES = ("MENTIONS", "IMPLEMENTS")
 DIRECTIONS = ("out", "in", "both")
 VERIFIED = "VERIFIED"
 
-BATCH_SIZE = 20000      # rows per write transaction
+BATCH_SIZE = 2000       # rows per write transaction (fewer live rows per transaction: less of the server's GC)
+WRITERS = 2             # concurrent transactions of a bulk create (see Neo4jStore._run_transactions)
 STATEMENT_ROWS = 2000   # rows per UNWIND statement; a transaction's statements are pipelined
 DELETE_BATCH = 10000
 WARM_UP_SAMPLE = 200  # rows per statement of warm_up's rehearsal (_rehearse)
@@ -204,12 +207,14 @@ class Neo4jStore:
     """Owns one driver. Write methods are idempotent and marker-bracketed; read methods are read-only."""
 
     def __init__(self, uri: str, user: str | None = None, password: str | None = None,
-                 database: str | None = None, batch_size: int = BATCH_SIZE, **driver_config):
+                 database: str | None = None, batch_size: int = BATCH_SIZE, writers: int = WRITERS,
+                 **driver_config):
         """`driver_config`: extra neo4j driver settings (a reader passes short retry times)."""
         auth = (user, password or "") if user else None
         self.uri = uri
         self.database = database
         self.batch_size = max(1, int(batch_size))
+        self.writers = max(1, int(writers))
         # no server notifications: they only warn about property keys a fresh database lacks yet
         self._driver = GraphDatabase.driver(uri, auth=auth, notifications_min_severity="OFF", **driver_config)
 
@@ -660,7 +665,7 @@ class Neo4jStore:
         `commit`. Returns whether some transaction ran it."""
         steps = [(self._create_rel_statement(t), rows, {"p": projection}, ("rel", t, replaces))
                  for (t, replaces), rows in creates.items()]
-        return self._execute(session, steps, stats, progress, last=commit)
+        return self._execute(session, steps, stats, progress, last=commit, creates_only=True)
 
     _DROP_NODES = (_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
                    "USING INDEX SEEK n:Entity(node_id) WHERE n.source_id = $sid DETACH DELETE n")
@@ -761,7 +766,7 @@ class Neo4jStore:
 
     def _execute(self, session, steps: list[tuple[str, list, dict, tuple]], stats: "_WriteStats",
                  progress: Callable[[str, int], None] | None, last: tuple[str, dict] | None = None,
-                 merge_of: dict[str, str] | None = None) -> bool:
+                 merge_of: dict[str, str] | None = None, creates_only: bool = False) -> bool:
         """Run the steps in packed transactions (see _pack), adding up what they did; `last` (a
         statement) goes with the last transaction. Returns whether there was one to take it.
         `merge_of`: node CREATE statements and their MERGE twins. A node_id the projection did not
@@ -769,7 +774,8 @@ class Neo4jStore:
         node_id constraint, the transaction rolls back, and it runs again with the MERGEs, which
         take the node over as the MERGE of every node did before."""
         txs = self._pack(steps)
-        for i, tx_steps in enumerate(txs):
+
+        def run(i: int, tx_steps: list, session) -> list:
             statements = [(q, {**params, "rows": rows}) for q, rows, params, _ in tx_steps]
             if last is not None and i == len(txs) - 1:
                 statements.append(last)
@@ -782,6 +788,11 @@ class Neo4jStore:
                 statements = [(merge_of.get(q, q), params) for q, params in statements]
                 counters = self._run_batch(session, statements)
             fault_point("neo4j:after_batch")  # this transaction has committed, the later ones have not
+            return counters
+
+        creates = merge_of or {}  # node CREATE statements; relationship ones: all of `creates_only`
+        concurrent = creates_only or all(q in creates for tx in txs[:-1] for q, *_ in tx)
+        for tx_steps, counters in self._run_transactions(session, txs, run, concurrent):
             stats.transactions += 1
             for (_, rows, _, tag), c in zip(tx_steps, counters):
                 kind, what = tag[0], tag[1]
@@ -797,6 +808,33 @@ class Neo4jStore:
                 if progress and kind in ("node", "rel"):
                     progress(what, len(rows))
         return bool(txs)
+
+    def _run_transactions(self, session, txs: list[list], run: Callable, concurrent: bool):
+        """Yield (tx_steps, counters) of each transaction `run(i, tx_steps, session)` ran, in order.
+        With `concurrent` (CREATE statements only: a first write's bulk) they run `writers` at a time, each
+        in its own session: the server applies one transaction on one core, and a first write of
+        django's graph left the second core ~40% idle. They touch distinct new nodes or relations;
+        two that lock the same endpoint nodes and deadlock are retried by the driver. The last
+        transaction (it carries the 'committed' marker) runs after all others have committed; a
+        failure stops the ones not yet started and is raised once those running have ended."""
+        if not concurrent or self.writers < 2 or len(txs) < 3:
+            for i, tx_steps in enumerate(txs):
+                yield tx_steps, run(i, tx_steps, session)
+            return
+
+        def run_own_session(i: int, tx_steps: list) -> list:
+            with self._session() as own:
+                return run(i, tx_steps, own)
+
+        with ThreadPoolExecutor(max_workers=self.writers, thread_name_prefix="neo4j-writer") as pool:
+            futures = [pool.submit(run_own_session, i, tx_steps) for i, tx_steps in enumerate(txs[:-1])]
+            try:
+                for tx_steps, future in zip(txs, futures):
+                    yield tx_steps, future.result()
+            finally:
+                for future in futures:
+                    future.cancel()
+        yield txs[-1], run(len(txs) - 1, txs[-1], session)
 
     def _pack(self, steps: list[tuple[str, list, dict, tuple]]) -> list[list[tuple[str, list, dict, tuple]]]:
         """Cut the steps' rows into statements of at most STATEMENT_ROWS rows and those into
