@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import random
@@ -286,10 +287,12 @@ def main_sdist(args) -> int:
 
     server, uri, user, password, started_here, tmp_home, server_start_s = _connect(args)
     server_pid = args.server_pid or (server._pid() if args.fresh or not os.environ.get("NEO4J_URI") else None)
-    kwargs = {"batch_size": args.batch} if args.batch else {}
+    kwargs = _store_settings(args)
     stores = {"current": Neo4jStore(uri, user, password, **kwargs)}
     if args.compare:
-        stores["compare"] = load_store_class(args.compare)(uri, user, password, **kwargs)
+        other = load_store_class(args.compare)
+        accepted = inspect.signature(other).parameters  # an older store may not take --writers
+        stores["compare"] = other(uri, user, password, **{k: v for k, v in kwargs.items() if k in accepted})
     try:
         for store in stores.values():
             store.ensure_schema()
@@ -311,6 +314,8 @@ def main_sdist(args) -> int:
         "server_start_s": server_start_s if started_here else None,
         "server_jit_flags": jit_flags() if started_here else None,
         "compare": str(args.compare) if args.compare else None, "batch_size": stores["current"].batch_size,
+        "writers": stores["current"].writers,
+        "compare_writers": getattr(stores.get("compare"), "writers", 1) if args.compare else None,
         "repeat": args.repeat,
         "input": {"nodes": len(nodes), "relationships": len(rels), "chunks": len(chunks),
                   "changed": {"nodes": len(nodes2), "relationships": len(rels2), "chunks": len(chunks2)}},
@@ -346,6 +351,11 @@ def _refuse_to_clobber(store: Neo4jStore, source: str, node_ids: list[str], uri:
     if owners:
         raise SystemExit(f"{uri} holds nodes of {sorted(r['sid'] for r in owners)} with this graph's node ids; "
                          "this bench would take them over and then delete them: use --fresh or a scratch NEO4J_URI")
+
+
+def _store_settings(args) -> dict:
+    """Neo4jStore settings given on the command line (--batch, --writers); the store's defaults otherwise."""
+    return {k: v for k, v in (("batch_size", args.batch), ("writers", args.writers)) if v}
 
 
 def _connect(args):
@@ -387,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small-nodes", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batch", type=int, default=None, help="rows per transaction (default: the store's)")
+    ap.add_argument("--writers", type=int, default=None,
+                    help="concurrent transactions of a bulk create (default: the store's; 1: one at a time)")
     ap.add_argument("--source", default="bench-neo4j-projection")
     ap.add_argument("--fresh", action="store_true", help="start a private server under a temporary home")
     ap.add_argument("--out", type=Path, default=None)
@@ -413,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     server, uri, user, password, started_here, tmp_home, server_start_s = _connect(args)
 
     server_pid = args.server_pid or (server._pid() if args.fresh or not os.environ.get("NEO4J_URI") else None)
-    kwargs = {"batch_size": args.batch} if args.batch else {}
+    kwargs = _store_settings(args)
     store = Neo4jStore(uri, user, password, **kwargs)
     small_source = args.source + "-small"
     runs: dict[str, list[dict]] = {k: [] for k in ("first_write", "unchanged_rewrite", "changed_10pct",
@@ -457,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         "server_start_s": server_start_s if started_here else None,
         "server_jit_flags": jit_flags() if started_here else None,
         "schema_first_s": round(schema_first_s, 3), "schema_again_s": round(schema_again_s, 3),
-        "batch_size": store.batch_size, "repeat": args.repeat,
+        "batch_size": store.batch_size, "writers": store.writers, "repeat": args.repeat,
         "input": {"nodes": len(big[0]), "relationships": len(big[1]), "chunks": len(big[2]),
                   "small_relationships": len(small[1]), "small_chunks": len(small[2])},
         "runs": {k: _summary(v) for k, v in runs.items()},
