@@ -356,7 +356,7 @@ class Neo4jStore:
         """Validate and shape nodes, chunk nodes, HAS_CHUNK and relations into the list rows (with
         their digests) the write statements take, before anything touches the database."""
         node_rows: dict[str, tuple[str, list]] = {}  # node_id -> (label, row); the last one wins, as MERGE did
-        has_chunk: list[tuple[str, str]] = []  # (entity node_id, its chunk's node_id)
+        has_chunk: list[GraphRelation] = []
         by_label: Counter = Counter()
         for n in nodes:
             label = check_label(n.label)
@@ -372,7 +372,11 @@ class Neo4jStore:
             node_rows[n.node_id] = (label, row)
             by_label[label] += 1
             if n.chunk_id:
-                has_chunk.append((n.node_id, chunk_node_id(n.chunk_id)))
+                has_chunk.append(GraphRelation(rel_id=f"has_chunk:{n.node_id}", rel_type="HAS_CHUNK",
+                                               src_id=n.node_id, dst_id=chunk_node_id(n.chunk_id),
+                                               confidence=VERIFIED, evidence_file=None,
+                                               evidence_start=None, evidence_end=None, evidence_hash=None,
+                                               evidence_text=None, source_id=source_id))
         n_chunks = 0
         for c in chunks:
             chunk_id = c.get("chunk_id")
@@ -386,13 +390,8 @@ class Neo4jStore:
             node_rows[nid] = ("Chunk", row)
             n_chunks += 1
         rel_rows = self._rel_rows(relations, source_id, default_source=source_id)
-        # (entity)-[:HAS_CHUNK]->(chunk): the row _rel_rows makes of such a relation, without one
-        prefix = f"HAS_CHUNK\x00{source_id}\x00"
-        for src, dst in has_chunk:
-            rid = f"has_chunk:{src}"
-            row = [src, dst, rid, VERIFIED, None, None, None, None, None, None, source_id]
-            row.append(_digest(prefix, row))
-            rel_rows.setdefault(("HAS_CHUNK", rid), {})[(src, dst)] = row
+        for key, edges in self._rel_rows(has_chunk, source_id, default_source=source_id).items():
+            rel_rows.setdefault(key, {}).update(edges)
 
         return node_rows, rel_rows, by_label, n_chunks
 
