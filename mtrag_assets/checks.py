@@ -7,7 +7,7 @@ import warnings
 
 import dagster as dg
 
-from mtrag_resources.publish.checks import check_parents, checked_rows
+from mtrag_resources.publish.checks import check_parents, chunk_facts
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.publish.views import check_one
 
@@ -70,8 +70,8 @@ def counts_reconcile(context, mtrag: MtragResource) -> dg.AssetCheckResult:
 @dg.asset_check(asset=cas_chunks, blocking=True, partitions_def=sources_partitions,
                 description="Every chunk's parent_id names a chunk of the same source.")
 def no_dangling_parents(context, mtrag: MtragResource) -> dg.AssetCheckResult:
-    rows = checked_rows(SourceLayout(mtrag.settings(), context.partition_key).chunks)
-    return _result(check_parents(context.partition_key, rows))
+    facts = chunk_facts(SourceLayout(mtrag.settings(), context.partition_key).chunks)
+    return _result(check_parents(context.partition_key, facts))
 
 
 ALL_CHECKS = [qdrant_marker_committed, embedder_fingerprint, fts_marker_committed, neo4j_marker_committed,

@@ -7,10 +7,9 @@ from mtrag_resources.core.layout import SourceLayout, read_state
 from mtrag_resources.embedding.multilingual import collection_kind
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.checks import (CheckOutcome, StoreView, check_counts, check_embedder,
-                                            check_markers)
+                                            check_markers, chunk_facts)
 from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant
 from mtrag_resources.stores.contract import LINKS_SOURCE
-from mtrag_resources.stores.tables import read_shared
 
 
 def _markers(qdrant, fts, neo_markers: dict, source_id: str) -> dict:
@@ -65,14 +64,14 @@ def check_one(settings: Settings, spec: SourceSpec, name: str, fingerprint_id: s
         with opener(settings) as client:
             view = StoreView(markers={store: client.marker(spec.id)})
         return check_markers(spec.id, view, read_state(layout).get("generation", ""))
-    rows = read_shared(layout.chunks)
+    facts = chunk_facts(layout.chunks)
     if name == "embedder_fingerprint":
         with open_qdrant(settings) as qdrant:
             view = StoreView(markers={}, qdrant_dim=(qdrant.collection_info(spec.kind) or {}).get("dim"))
-        return check_embedder(settings, spec.id, view, rows, fingerprint_id, dim, ml_fingerprint_id)
+        return check_embedder(settings, spec.id, view, facts, fingerprint_id, dim, ml_fingerprint_id)
     if name == "counts_reconcile":
         views, _, _ = gather_views(settings, [spec], removed=[])
-        return check_counts(spec.id, views[spec.id], rows)
+        return check_counts(spec.id, views[spec.id], facts)
     raise ValueError(f"unknown check {name!r}")
 
 
