@@ -6,8 +6,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from mtrag_resources.core.arrow import pa, pc
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.stores.embedding_cache import EmbeddingCache

@@ -15,8 +15,7 @@ import json
 import os
 from collections import Counter, OrderedDict
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from mtrag_resources.core.arrow import pa, pc
 
 from mtrag_resources.core.atomic import write_bytes_atomic
 from mtrag_resources.stores.cas import ContentStore

@@ -9,8 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from mtrag_resources.core.arrow import pa, pc
 
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings

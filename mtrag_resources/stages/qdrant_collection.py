@@ -3,7 +3,7 @@ collection of the source's kind, bracketed by a generation marker."""
 from __future__ import annotations
 
 
-import pyarrow.compute as pc
+from mtrag_resources.core.arrow import pc
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.versions import CODE_VERSIONS

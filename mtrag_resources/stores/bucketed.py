@@ -26,9 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from mtrag_resources.core.arrow import pa, pc, pq
 
 from mtrag_resources.core.atomic import write_bytes_atomic
 from mtrag_resources.core.faults import fault_point

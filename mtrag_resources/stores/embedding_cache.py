@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
+from mtrag_resources.core.arrow import pa, pq
 
 SHARD_GLOB = "shard-*.parquet"
 SMALL_SHARD_BYTES = 4 << 20  # a shard under this is merged with the other small ones ...

@@ -7,22 +7,11 @@ reader imports nothing else of pandas. A process that loaded pandas first (a bui
 tables) keeps the driver's support; one that loads it later has pandas, only not in the driver."""
 from __future__ import annotations
 
-import sys
+from mtrag_resources.core.pandas_hidden import pandas_hidden
 
+with pandas_hidden():  # a driver imported before keeps what it found
+    import neo4j as _neo4j
 
-def _import_driver():
-    if "pandas" in sys.modules or "neo4j" in sys.modules:
-        import neo4j
-        return neo4j
-    sys.modules["pandas"] = None  # type: ignore[assignment] - `import pandas` raises ImportError
-    try:
-        import neo4j
-    finally:
-        del sys.modules["pandas"]
-    return neo4j
-
-
-_neo4j = _import_driver()
 GraphDatabase = _neo4j.GraphDatabase
 RoutingControl = _neo4j.RoutingControl
 ClientError = _neo4j.exceptions.ClientError

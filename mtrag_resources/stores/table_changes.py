@@ -20,9 +20,7 @@ import json
 import os
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from mtrag_resources.core.arrow import pa, pc, pq
 
 from mtrag_resources.stores.tables import RowChanges, as_records, commit_file, read_schema, write_table
 

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
+from mtrag_resources.core.arrow import pa
 
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.contract import COMMITTED

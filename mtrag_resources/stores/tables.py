@@ -16,9 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, TypeVar
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from mtrag_resources.core.arrow import pa, pc, pq
 
 from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.bucketed import Bucketing
