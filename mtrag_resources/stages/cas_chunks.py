@@ -16,7 +16,6 @@ import os
 from collections import Counter, OrderedDict
 
 from mtrag_resources.core.arrow import pa, pc
-
 from mtrag_resources.core.atomic import write_bytes_atomic
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.ingest.chunking.code import chunk_code

@@ -2,9 +2,7 @@
 collection of the source's kind, bracketed by a generation marker."""
 from __future__ import annotations
 
-
 from mtrag_resources.core.arrow import pc
-
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables

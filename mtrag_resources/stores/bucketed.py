@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 from mtrag_resources.core.arrow import pa, pc, pq
-
 from mtrag_resources.core.atomic import write_bytes_atomic
 from mtrag_resources.core.faults import fault_point
 

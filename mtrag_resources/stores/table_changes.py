@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 
 from mtrag_resources.core.arrow import pa, pc, pq
-
 from mtrag_resources.stores.tables import RowChanges, as_records, commit_file, read_schema, write_table
 
 CHANGE_COLUMN = "_change"

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtrag_resources.core.arrow import pa
-
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.contract import COMMITTED
 from mtrag_resources.stores import bucketed

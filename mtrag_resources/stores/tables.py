@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Iterable, TypeVar
 
 from mtrag_resources.core.arrow import pa, pc, pq
-
 from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.bucketed import Bucketing
 
