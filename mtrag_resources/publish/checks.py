@@ -90,8 +90,9 @@ def table_facts(table: pa.Table) -> RowFacts:
 
 def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerprint_id: str, dim: int,
                  ml_fingerprint_id: str | None = None) -> list[CheckOutcome]:
-    facts = chunk_facts(SourceLayout(settings, spec.id).chunks)
-    generation = read_state(SourceLayout(settings, spec.id)).get("generation", "")
+    layout = SourceLayout(settings, spec.id)
+    facts = chunk_facts(layout.chunks)
+    generation = read_state(layout).get("generation", "")
     return [check_markers(spec.id, view, generation), check_counts(spec.id, view, facts),
             check_embedder(settings, spec.id, view, facts, fingerprint_id, dim, ml_fingerprint_id),
             check_parents(spec.id, facts)]
