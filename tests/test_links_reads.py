@@ -85,5 +85,5 @@ def test_links_from_partial_reads_equal_links_from_held_tables(tmp_path):
         ("chunk:d2", "shop:shop.tax.Rate", "INFERRED", "h-d2"),
         ("chunk:d1", "shop:shop.tax.apply_tax", "VERIFIED", "h-d1")]
     assert fresh_stats == {"references": 1, "unresolved": 0, "proposals_used": 1, "targets_resolved": 1,
-                           "targets_kept": 0}
+                           "targets_kept": 0, "files_resolved": 1, "links_reused": 0}
     assert tables.cached_rows(SourceLayout(settings, "shop").chunks) is None  # two columns read, not decoded

@@ -75,6 +75,11 @@ class HomeLayout:
         return self.links_dir / "links.parquet"
 
     @property
+    def links_state(self) -> Path:
+        """What the last links stage resolved, per source and file (stages/links_state.py)."""
+        return self.links_dir / "state.json"
+
+    @property
     def proposals_log(self) -> Path:
         """Bridge proposals the serving side appends (JSON lines) and the links stage reads."""
         return self.links_dir / "proposals.jsonl"
@@ -157,6 +162,12 @@ class SourceLayout:
     @property
     def references(self) -> Path:
         return self.graph / "references.parquet"
+
+    @property
+    def graph_inputs(self) -> Path:
+        """What the graph tables were made from (stages/links_state.py): their digests, each file's
+        facts key, whether the source feeds the links' symbol index."""
+        return self.graph / "inputs.json"
 
     @property
     def imports(self) -> Path:

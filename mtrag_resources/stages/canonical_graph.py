@@ -12,9 +12,10 @@ from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, 
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, identity, record_row_changes
 from mtrag_resources.stores.bucketed import Bucketing
-from mtrag_resources.stores.tables import commit_file, value_counts, write_row_groups, write_rows, write_rows_changed
-from mtrag_resources.stages.cas_chunks import load_parsed_files
-from mtrag_resources.stages.common import StageResult, digest_file, timed
+from mtrag_resources.stores.tables import value_counts, write_row_groups, write_rows, write_rows_changed
+from mtrag_resources.stages.cas_chunks import facts_keys, load_parsed_files
+from mtrag_resources.stages.common import StageResult, timed
+from mtrag_resources.stages.links_state import GRAPH_TABLES, feeds_index, table_digest, write_graph_inputs
 from mtrag_resources.core.layout import SourceLayout
 
 
@@ -138,7 +139,9 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
         write_row_groups(layout.references, [p.references for _, p in parsed], DocReference)
         imports = import_rows(parsed)
         write_rows(layout.imports, imports)
-    digest = "".join(digest_file(commit_file(p))[:16] for p in (layout.nodes, layout.relations, layout.references, layout.imports))
+    digests = {name: table_digest(getattr(layout, name)) for name in GRAPH_TABLES}
+    write_graph_inputs(layout, digests, facts_keys(layout), feeds_index(nodes, relations, imports))
+    digest = "".join(digests[name][:16] for name in GRAPH_TABLES)
     meta.update({
         "nodes": len(nodes),
         "relations": len(relations),

@@ -96,6 +96,12 @@ def _load_index(layout: SourceLayout) -> dict:
     return files
 
 
+def facts_keys(layout: SourceLayout) -> dict[str, str]:
+    """{file_path: its facts key} of the last run: a file's graph facts, references and chunks
+    follow from its key ({} where there is no index)."""
+    return {path: entry["key"] for path, entry in _load_index(layout).items()}
+
+
 def _write_index(layout: SourceLayout, files: dict) -> None:
     write_bytes_atomic(layout.facts, json.dumps({"code_version": CODE_VERSIONS["cas_chunks"], "files": files}).encode())
     path = os.path.abspath(layout.facts)

@@ -14,7 +14,11 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
 from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
-from mtrag_resources.stores.tables import as_rows, column_values, read_shared, rows_where, write_rows_changed
+from mtrag_resources.stores.tables import as_rows, column_values, read_shared, read_table, rows_where, write_rows_changed
+from mtrag_resources.core.arrow import pa, pc
+from mtrag_resources.stages.canonical_graph import CHUNK_NODE_PREFIX
+from mtrag_resources.stages.links_state import (LinksState, file_counts, forget_state, graph_inputs, index_key,
+                                                load_state, save_state, table_digest)
 from mtrag_resources.stages.cas_chunks import load_facts
 from mtrag_resources.stages.common import StageResult, digest_json, timed
 from mtrag_resources.core.layout import SourceLayout
@@ -110,17 +114,20 @@ def keep_link_resolutions() -> None:
 
 
 def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict]:
+    """Every source's references resolved on the index of every source's tables, and the bridge
+    proposals joined."""
+    links, stats, _state = _resolve_all(settings, specs)
+    return links, stats
+
+
+def _resolve_all(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict, LinksState | None]:
+    """compute_links, with the state a later one-shot stage may start from (None where a source's
+    graph inputs are not recorded, or this process keeps its own memo: the watch)."""
     index, resolved, reads = _indexed(settings, specs)
     references: list[DocReference] = []
-    chunk_hash: dict[str, str] = {}
-    chunk_ids: set[str] = set()
     for spec in specs:
-        layout = SourceLayout(settings, spec.id)
-        references.extend(read_shared(layout.references, DocReference))
-        # two columns: another source's whole chunk table decoded was ~0.25 s of a CLI build
-        chunks = column_values(layout.chunks, ["chunk_id", "content_hash"])
-        chunk_hash.update(zip(chunks["chunk_id"], chunks["content_hash"]))
-        chunk_ids.update(chunks["chunk_id"])
+        references.extend(read_shared(SourceLayout(settings, spec.id).references, DocReference))
+    chunk_hash, chunk_ids = _chunk_evidence(settings, specs)
     with _INDEX_MEMO_LOCK:
         made = _LINKS_MADE.pop(tuple(s.id for s in specs), {})
     kept = len(resolved)
@@ -128,8 +135,50 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
     with _INDEX_MEMO_LOCK:
         _LINKS_MADE.clear()  # one set of sources' links kept: what the next batch compares with
         _LINKS_MADE[tuple(s.id for s in specs)] = made
+    links, proposals_used, proposal_ids = _with_proposals(settings, specs, links, chunk_hash, chunk_ids)
+    # distinct references resolved by this run, and those taken from the last index's (the watch)
+    # (the links stage's other figures: files whose references it resolved, links it kept as they were)
+    stats = {"references": len(references), "unresolved": unresolved, "proposals_used": proposals_used,
+             "targets_resolved": len(resolved) - kept, "targets_kept": kept, "files_resolved": len(made),
+             "links_reused": 0}
+    state = None
+    inputs = None if _KEEP_RESOLUTIONS else _graph_inputs(settings, specs)
+    if inputs is not None:
+        counts = file_counts(references, resolved)
+        state = LinksState(index_key=index_key(specs, inputs), table="", proposals=proposal_ids, files={
+            s.id: {path: [key, *counts.get((s.id, path), (0, 0))] for path, key in inputs[s.id]["files"].items()}
+            for s in specs})
+    return links, stats, state
+
+
+def _graph_inputs(settings: Settings, specs: list[SourceSpec]) -> dict[str, dict] | None:
+    inputs = {}
+    for spec in specs:
+        found = graph_inputs(SourceLayout(settings, spec.id))
+        if found is None:
+            return None
+        inputs[spec.id] = found
+    return inputs
+
+
+def _chunk_evidence(settings: Settings, specs: list[SourceSpec]) -> tuple[dict[str, str], set[str]]:
+    """(chunk id -> content hash, every chunk id) of the specs' chunk tables: a link's evidence."""
+    chunk_hash: dict[str, str] = {}
+    chunk_ids: set[str] = set()
+    for spec in specs:
+        # two columns: another source's whole chunk table decoded was ~0.25 s of a CLI build
+        chunks = column_values(SourceLayout(settings, spec.id).chunks, ["chunk_id", "content_hash"])
+        chunk_hash.update(zip(chunks["chunk_id"], chunks["content_hash"]))
+        chunk_ids.update(chunks["chunk_id"])
+    return chunk_hash, chunk_ids
+
+
+def _with_proposals(settings: Settings, specs: list[SourceSpec], links: list[GraphRelation],
+                    chunk_hash: dict[str, str], chunk_ids: set[str]) -> tuple[list[GraphRelation], int, list[str]]:
+    """`links` (sorted by rel_id) with the bridge proposals' INFERRED links they do not have;
+    (links, proposals used, the rel_ids those added)."""
     by_id = {l.rel_id: l for l in links}
-    proposals_used = 0
+    added: list[str] = []
     proposals = _read_proposals(settings)
     nodes_by_id = _nodes_by_id(settings, specs, {p.get("node_id", "") for p in proposals}) if proposals else {}
     for p in proposals:
@@ -143,20 +192,90 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
                         evidence_hash=chunk_hash.get(ref.chunk_id))
         if link.rel_id not in by_id:
             by_id[link.rel_id] = link
-            proposals_used += 1
-    if proposals_used:
+            added.append(link.rel_id)
+    if added:
         links = sorted(by_id.values(), key=lambda r: r.rel_id)
-    # distinct references resolved by this run, and those taken from the last index's (the watch)
-    stats = {"references": len(references), "unresolved": unresolved, "proposals_used": proposals_used,
-             "targets_resolved": len(resolved) - kept, "targets_kept": kept}
+    return links, len(added), added
+
+
+# A one-shot stage resolves the changed files alone up to this share of the files (beyond it the
+# full resolution costs about the same and needs no state).
+MAX_CHANGED_SHARE = 0.25
+
+
+def _resolve_changed(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict, LinksState] | None:
+    """compute_links from the last links stage's state (stages/links_state.py): the last links of
+    the files whose facts are the same, the changed files' references resolved, the proposals
+    joined again. None where the state does not describe what is on disk (then resolve all)."""
+    state = load_state(settings)
+    inputs = _graph_inputs(settings, specs) if state is not None else None
+    if inputs is None or state.index_key != index_key(specs, inputs) \
+            or state.table != table_digest(settings.links_table):
+        return None
+    changed: dict[str, set[str]] = {}
+    gone: set[tuple[str, str]] = set()
+    for spec in specs:
+        now, was = inputs[spec.id]["files"], state.files.get(spec.id, {})
+        changed[spec.id] = {p for p, key in now.items() if was.get(p, [None])[0] != key}
+        gone.update((spec.id, p) for p in was if now.get(p) != was[p][0])
+    total = sum(len(i["files"]) for i in inputs.values())
+    if sum(map(len, changed.values())) > MAX_CHANGED_SHARE * max(total, 1):
+        return None
+    table = read_table(settings.links_table)
+    redo = pa.array(sorted(f"{sid}\0{path}" for sid, path in gone), type=pa.string())
+    stale = pc.or_(pc.is_in(table["rel_id"], value_set=pa.array(state.proposals, type=pa.string())),
+                   pc.is_in(pc.binary_join_element_wise(table["source_id"], table["evidence_file"], "\0"),
+                            value_set=redo))
+    kept = as_rows(table.filter(pc.invert(pc.fill_null(stale, False))).to_pylist(), GraphRelation)
+    chunk_hash, chunk_ids = _chunk_evidence(settings, specs)
+    for link in kept:  # a kept link's chunk must still have the content it was resolved from
+        chunk_id = link.src_id.removeprefix(CHUNK_NODE_PREFIX)
+        if chunk_hash.get(chunk_id, chunk_id) != link.evidence_hash:
+            return None
+    references = [ref for spec in specs if changed[spec.id]
+                  for ref in rows_where(SourceLayout(settings, spec.id).references, DocReference, "file_path",
+                                        sorted(changed[spec.id]))]
+    fresh: list[GraphRelation] = []
+    resolved: dict = {}
+    if references:
+        index, resolved, _reads = _indexed(settings, specs)
+        fresh, _unresolved = resolve_links(index, references, resolved, evidence=chunk_hash)
+    by_id = {l.rel_id: l for l in kept}
+    for link in fresh:  # as resolve_links merges: VERIFIED wins over INFERRED
+        old = by_id.get(link.rel_id)
+        if old is None or (old.confidence != "VERIFIED" and link.confidence == "VERIFIED"):
+            by_id[link.rel_id] = link
+    links = sorted(by_id.values(), key=lambda r: r.rel_id)
+    links, proposals_used, proposal_ids = _with_proposals(settings, specs, links, chunk_hash, chunk_ids)
+    counts = file_counts(references, resolved)
+    files = {s.id: {path: (state.files[s.id][path] if path not in changed[s.id]
+                           else [key, *counts.get((s.id, path), (0, 0))])
+                    for path, key in inputs[s.id]["files"].items()} for s in specs}
+    stats = {"references": sum(f[1] for per in files.values() for f in per.values()),
+             "unresolved": sum(f[2] for per in files.values() for f in per.values()),
+             "proposals_used": proposals_used, "targets_resolved": len(resolved), "targets_kept": 0,
+             "files_resolved": len(counts), "links_reused": len(kept)}
+    return links, stats, LinksState(index_key=state.index_key, table="", proposals=proposal_ids, files=files)
+
+
+def update_links_table(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict]:
+    """The links table brought up to date, and (links, figures): in a one-shot process from the
+    last stage's state where it still describes what is on disk (only the changed files'
+    references resolved), else every reference resolved; then the state for the next one."""
+    found = None if _KEEP_RESOLUTIONS else _resolve_changed(settings, specs)
+    links, stats, state = found if found is not None else _resolve_all(settings, specs)
+    forget_state(settings)  # the table changes first: a state is never read beside another table
+    write_rows_changed(settings.links_table, links, GraphRelation, "rel_id")  # links: sorted by rel_id
+    if state is not None:
+        state.table = table_digest(settings.links_table)
+        save_state(settings, state)
     return links, stats
 
 
 def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> StageResult:
     meta: dict = {}
     with timed(meta, "seconds"):
-        links, stats = compute_links(settings, specs)
-        write_rows_changed(settings.links_table, links, GraphRelation, "rel_id")  # links: sorted by rel_id
+        links, stats = update_links_table(settings, specs)
         generation = digest_json([[l.rel_id, l.confidence, l.evidence_hash] for l in links])[:24]
         store = open_neo4j(settings)
         try:
