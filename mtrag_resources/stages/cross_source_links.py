@@ -136,8 +136,8 @@ def _resolve_all(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Grap
         _LINKS_MADE.clear()  # one set of sources' links kept: what the next batch compares with
         _LINKS_MADE[tuple(s.id for s in specs)] = made
     links, proposals_used, proposal_ids = _with_proposals(settings, specs, links, chunk_hash, chunk_ids)
-    # distinct references resolved by this run, and those taken from the last index's (the watch)
-    # (the links stage's other figures: files whose references it resolved, links it kept as they were)
+    # distinct references resolved by this run, and those taken from the last index's (the watch);
+    # the files whose references it resolved, the links kept as they were (_resolve_changed)
     stats = {"references": len(references), "unresolved": unresolved, "proposals_used": proposals_used,
              "targets_resolved": len(resolved) - kept, "targets_kept": kept, "files_resolved": len(made),
              "links_reused": 0}
