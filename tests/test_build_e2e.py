@@ -207,6 +207,10 @@ def test_links_reuse_the_symbol_index_while_the_code_side_is_unchanged(mtrag_env
     build()
     assert csl._INDEX_MEMO[1] is index  # the docs changed, the code's entities did not
     assert len(read_rows(s.links_table)) == before + 1
+    # the run's links stage resolved the new file's references alone and kept every other link
+    # (stages/links_state.py), as a fresh `mtrag build` process does
+    meta = latest_metadata("cross_source_links")
+    assert (meta["files_resolved"], meta["links_reused"]) == (1, before)
     assert [r["rel_id"] for r in read_rows(s.links_table)] == fresh_links()
     index = csl._INDEX_MEMO[1]
     tax = mtrag_env["pkg"] / "tax.py"
@@ -214,6 +218,7 @@ def test_links_reuse_the_symbol_index_while_the_code_side_is_unchanged(mtrag_env
     (mtrag_env["docs"] / "coupons.md").write_text("# Coupons\n\nSee :func:`shopcart.tax.tax_free`.\n")
     build()
     assert csl._INDEX_MEMO[1] is not index  # a new function: a new index, which resolves it
+    assert latest_metadata("cross_source_links")["links_reused"] == 0  # every reference resolved again
     links = read_rows(s.links_table)
     assert any(r["dst_id"].endswith("tax_free") for r in links)
     assert [r["rel_id"] for r in links] == fresh_links()
