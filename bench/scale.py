@@ -84,9 +84,17 @@ def publish_figures(env: dict) -> dict:
                                      "qdrant_publish_seconds", "seconds")}
 
 
+def links_figures(env: dict) -> dict:
+    """How the last links stage went: the files whose references it resolved, the links it kept as
+    they were (a docs-only change resolves the changed files alone), its seconds."""
+    meta = latest(env, "cross_source_links", None)
+    return {"links_files_resolved": meta.get("files_resolved"), "links_reused": meta.get("links_reused"),
+            "links_seconds": meta.get("seconds")}
+
+
 def timed_build(env: dict) -> dict:
     run = mtrag_build(env)
-    return {"wall": run["wall"], "peak_rss_mb": run["peak_rss_mb"], **publish_figures(env)}
+    return {"wall": run["wall"], "peak_rss_mb": run["peak_rss_mb"], **publish_figures(env), **links_figures(env)}
 
 
 def edit_rounds(corpus: Path, env: dict, rounds: int, originals: dict) -> dict:
