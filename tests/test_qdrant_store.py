@@ -416,6 +416,69 @@ def test_a_full_disk_refuses_the_write_before_it_starts(tmp_path: Path, engine: 
     assert not (tmp_path / "pub" / "qdrant").exists()
 
 
+def _one_shot_readers(published: Path, home: Path, n: int = 1) -> list[Path]:
+    """`n` readers open at once, each in a process of its own that exits without closing, as
+    `mtrag query` does; their private folders."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        from mtrag_resources.core.config import Settings
+        from mtrag_resources.stores.connect import open_published_qdrant
+        store, private = open_published_qdrant(Settings(home={str(home)!r}), {str(published)!r})
+        assert store.count("code", "src-a") == 5
+        print(private, flush=True)
+        sys.stdin.read()  # until the test lets them all go
+        os._exit(0)
+        """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    folders = [Path(p.stdout.readline().strip()) for p in procs]
+    for p in procs:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    return folders
+
+
+def test_the_next_reader_of_a_version_takes_a_one_shot_readers_folder_over(tmp_path: Path, engine: str) -> None:
+    """A one-shot reader's private folder, whole and opened, is renamed to the next reader of the
+    same version instead of being removed while a new one is linked; folders of a reader killed
+    before its open finished (no version mark) or of another version are removed, and at most
+    IDLE_READERS_KEPT idle ones stay."""
+    import time
+
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.stores import connect
+
+    live, published = tmp_path / "live", tmp_path / "pub" / "qdrant"
+    with QdrantStore(path=live) as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 5))
+        s.publish_snapshot(published)
+    home = tmp_path / "home"
+    [left] = _one_shot_readers(published, home)
+    assert left.is_dir() and Path(f"{left}.mtrag-version").read_text() == published.resolve().name
+    inode = left.stat().st_ino
+    torn = left.parent / f"{left.name.split('-')[0]}-torn"  # the same dead pid, killed mid-open: no mark
+    (torn / "segments").mkdir(parents=True)
+    store, private = connect.open_published_qdrant(Settings(home=home), str(published))
+    try:
+        assert Path(private).stat().st_ino == inode and Path(private).name.split("-", 1)[1] == left.name.split("-", 1)[1]
+        assert not left.exists() and not Path(f"{left}.mtrag-version").exists()
+        assert store.count("code", "src-a") == 5
+        deadline = time.monotonic() + 10
+        while torn.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not torn.exists()  # never taken: it may be half linked
+    finally:
+        store.close()
+    connect.remove_reader_folder(private)
+    # idle folders beyond IDLE_READERS_KEPT, and those of a version no longer published, go
+    idle = _one_shot_readers(published, home, connect.IDLE_READERS_KEPT + 1)
+    assert len(set(idle)) == len(idle) and all(p.is_dir() for p in idle)
+    connect._remove_dead_readers(idle[0].parent, published.resolve().name)
+    assert sum(p.exists() for p in idle) == connect.IDLE_READERS_KEPT
+    connect._remove_dead_readers(idle[0].parent, "qdrant.v-another")
+    assert not any(p.exists() for p in idle) and not list(idle[0].parent.glob("*.mtrag-*"))
+
+
 def test_a_reader_removes_dead_readers_folders_and_keeps_live_ones(tmp_path: Path, engine: str) -> None:
     """A one-shot reader (`mtrag query`) exits without removing its private folder; the next
     reader removes it (in the background) and leaves alone the folders of readers still alive."""

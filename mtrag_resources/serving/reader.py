@@ -38,7 +38,7 @@ from mtrag_resources.core.config import Settings, env
 from mtrag_resources.publish.journal import batch_summary, last_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
-from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant
+from mtrag_resources.stores.connect import open_fts, open_neo4j, open_published_qdrant, remove_reader_folder
 from mtrag_resources.stores.qdrant_folder import unchanged_collections
 from mtrag_resources.stores.page_cache import read_through
 from mtrag_resources.stores.qdrant_edge_client import paced_loads
@@ -416,8 +416,7 @@ class ReaderCore:
             homes = [str(h) for q in self._open_qdrants for h in getattr(q.client, "homes", {}).values()]
             for folder in sorted(self._retired):
                 if not any(h == folder or h.startswith(folder + os.sep) for h in homes):
-                    shutil.rmtree(folder, ignore_errors=True)
-                    Path(f"{folder}.mtrag.lock").unlink(missing_ok=True)
+                    remove_reader_folder(folder)
                     self._retired.discard(folder)
 
     def close(self) -> None:

@@ -183,33 +183,110 @@ def open_published_qdrant(settings: Settings, snapshot: str | None, adopted: dic
     # beside the version, so hard links stay on one filesystem
     parent = Path(snapshot).parent / ".readers"
     parent.mkdir(exist_ok=True)
-    # Dead readers' folders go in the background: a one-shot `mtrag query` leaves its folder to the
-    # next reader (its process exits without a close), and removing one at django's size (~360
-    # links in ~170 folders) took 0.24 s of the next query's ~1 s. A cleanup cut short by this
-    # process's exit is finished by the next reader.
-    threading.Thread(target=_remove_dead_readers, args=(parent,), name="mtrag-reader-cleanup", daemon=True).start()
-    private = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
-    try:
-        link_for_reader(snapshot, private, skip=set(adopted or ()))
-    except BaseException:
-        shutil.rmtree(private, ignore_errors=True)
-        raise
-    return QdrantStore(path=Path(private), lock_timeout=5, adopted=adopted), private
-
-
-def _remove_dead_readers(parent: Path) -> None:
-    """Private folders (and their lock files) of reader processes that died without closing
-    (named `<pid>-...`)."""
-    for folder in parent.iterdir():
-        pid = folder.name.split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
+    version = Path(snapshot).resolve().name
+    # A one-shot `mtrag query` exits without closing: the next reader of the same version takes its
+    # folder over (django: linking a new folder while the old one was removed in the background
+    # was 0.3-0.6 s of a ~1.1 s CLI query). A reader that serves adopted shards links only the
+    # other collections, so it neither takes nor leaves a whole folder.
+    private = None if adopted else _claim_idle_reader(parent, version)
+    # Other dead readers' folders go in the background; a cleanup cut short by this process's exit
+    # is finished by the next reader.
+    threading.Thread(target=_remove_dead_readers, args=(parent, version), name="mtrag-reader-cleanup",
+                     daemon=True).start()
+    if private is None:
+        private = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
         try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            if folder.is_dir():
-                shutil.rmtree(folder, ignore_errors=True)
-            else:
-                folder.unlink(missing_ok=True)  # its .mtrag.lock
-        except PermissionError:  # alive, another user's
-            pass
+            link_for_reader(snapshot, private, skip=set(adopted or ()))
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
+            raise
+    try:
+        store = QdrantStore(path=Path(private), lock_timeout=5, adopted=adopted)
+    except BaseException:
+        remove_reader_folder(private)
+        raise
+    if not adopted:  # opened whole: once this process is gone, the next reader of `version` may take it
+        Path(f"{private}{_VERSION_MARK}").write_text(version)
+    return store, private
+
+
+# Beside a reader's private folder: the published version it holds whole, written once the folder
+# opened (a reader killed while linking or opening leaves none, and its folder is removed, not taken).
+_VERSION_MARK = ".mtrag-version"
+_LOCK_MARK = ".mtrag.lock"  # QdrantStore's lock file beside its folder
+# Folders of the version being opened that dead one-shot readers left, kept for the next readers
+# to take: at most this many (about the number of CLI queries that run at once).
+IDLE_READERS_KEPT = 2
+
+
+def _dead_reader(path: Path) -> bool:
+    """Is `path` (`<pid>-...`) a reader's whose process is gone (not this one, not alive)?"""
+    pid = path.name.split("-", 1)[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def _marked_version(folder: Path) -> str | None:
+    try:
+        return Path(f"{folder}{_VERSION_MARK}").read_text()
+    except OSError:
+        return None
+
+
+def _claim_idle_reader(parent: Path, version: str) -> str | None:
+    """A private folder of `version` whose reader process is gone, renamed to this process's (the
+    rename is the claim: of two readers, or a reader and a cleanup, one wins), or None."""
+    for folder in sorted(parent.iterdir()):
+        if not folder.is_dir() or not _dead_reader(folder) or _marked_version(folder) != version:
+            continue
+        mine = parent / f"{os.getpid()}-{folder.name.split('-', 1)[1]}"
+        try:
+            os.rename(folder, mine)
+        except OSError:
+            continue
+        for mark in (_VERSION_MARK, _LOCK_MARK):
+            Path(f"{folder}{mark}").unlink(missing_ok=True)
+        return str(mine)
+    return None
+
+
+def remove_reader_folder(folder: str | Path) -> None:
+    """A reader's private folder and the files beside it (its lock, its version mark)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    for mark in (_LOCK_MARK, _VERSION_MARK):
+        Path(f"{folder}{mark}").unlink(missing_ok=True)
+
+
+def _remove_dead_readers(parent: Path, version: str) -> None:
+    """Private folders (and the files beside them) of reader processes that died without closing
+    (named `<pid>-...`), but up to IDLE_READERS_KEPT whole ones of `version` for the next readers.
+    A folder is renamed away before it is removed, so a reader taking it over meanwhile either has
+    it whole or does not get it."""
+    kept = 0
+    for folder in sorted(parent.iterdir()):
+        if folder.name.startswith(".trash-"):  # a removal an exiting process cut short
+            shutil.rmtree(folder, ignore_errors=True)
+            continue
+        if not folder.is_dir() or not _dead_reader(folder):
+            continue
+        if _marked_version(folder) == version and kept < IDLE_READERS_KEPT:
+            kept += 1
+            continue
+        trash = parent / f".trash-{folder.name}"
+        try:
+            os.rename(folder, trash)
+        except OSError:
+            continue  # taken over (or removed) by another process
+        for mark in (_VERSION_MARK, _LOCK_MARK):
+            Path(f"{folder}{mark}").unlink(missing_ok=True)
+        shutil.rmtree(trash, ignore_errors=True)
+    for path in parent.iterdir():  # lock and version files of dead readers whose folder is gone
+        if path.is_file() and _dead_reader(path) and not path.with_name(path.name.split(".", 1)[0]).exists():
+            path.unlink(missing_ok=True)
