@@ -220,7 +220,7 @@ IDLE_READERS_KEPT = 2
 
 
 def _dead_reader(path: Path) -> bool:
-    """Is `path` (`<pid>-...`) a reader's whose process is gone (not this one, not alive)?"""
+    """Is `path` (`<pid>-...`) a dead reader's: its process is neither this one nor alive?"""
     pid = path.name.split("-", 1)[0]
     if not pid.isdigit() or int(pid) == os.getpid():
         return False
@@ -251,8 +251,7 @@ def _claim_idle_reader(parent: Path, version: str) -> str | None:
             os.rename(folder, mine)
         except OSError:
             continue
-        for mark in (_VERSION_MARK, _LOCK_MARK):
-            Path(f"{folder}{mark}").unlink(missing_ok=True)
+        _remove_marks(folder)
         return str(mine)
     return None
 
@@ -260,6 +259,10 @@ def _claim_idle_reader(parent: Path, version: str) -> str | None:
 def remove_reader_folder(folder: str | Path) -> None:
     """A reader's private folder and the files beside it (its lock, its version mark)."""
     shutil.rmtree(folder, ignore_errors=True)
+    _remove_marks(folder)
+
+
+def _remove_marks(folder: str | Path) -> None:
     for mark in (_LOCK_MARK, _VERSION_MARK):
         Path(f"{folder}{mark}").unlink(missing_ok=True)
 
@@ -284,8 +287,7 @@ def _remove_dead_readers(parent: Path, version: str) -> None:
             os.rename(folder, trash)
         except OSError:
             continue  # taken over (or removed) by another process
-        for mark in (_VERSION_MARK, _LOCK_MARK):
-            Path(f"{folder}{mark}").unlink(missing_ok=True)
+        _remove_marks(folder)
         shutil.rmtree(trash, ignore_errors=True)
     for path in parent.iterdir():  # lock and version files of dead readers whose folder is gone
         if path.is_file() and _dead_reader(path) and not path.with_name(path.name.split(".", 1)[0]).exists():
