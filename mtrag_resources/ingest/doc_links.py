@@ -229,15 +229,20 @@ def resolve_links(index: SymbolIndex, references: list[DocReference], resolved: 
         now[run] = was
         unresolved += was.unresolved
         for link in was.links:
-            if link is None:
-                continue
-            old = links.get(link.rel_id)
-            if old is None or (old.confidence != "VERIFIED" and link.confidence == "VERIFIED"):
-                links[link.rel_id] = link
+            if link is not None:
+                add_link(links, link)
     if made is not None:
         made.clear()
         made.update(now)
     return sorted(links.values(), key=attrgetter("rel_id")), unresolved
+
+
+def add_link(links: dict[str, GraphRelation], link: GraphRelation) -> None:
+    """`link` into `links` (by rel_id) unless a link of that id is there already; a VERIFIED one
+    replaces an INFERRED one."""
+    old = links.get(link.rel_id)
+    if old is None or (old.confidence != "VERIFIED" and link.confidence == "VERIFIED"):
+        links[link.rel_id] = link
 
 
 def _resolve_file(index: SymbolIndex, refs: list[DocReference], hashes: tuple,

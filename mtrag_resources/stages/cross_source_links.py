@@ -8,7 +8,8 @@ import threading
 from collections import Counter
 
 from mtrag_resources.core.config import Settings
-from mtrag_resources.ingest.doc_links import INDEXED_LABELS, SymbolIndex, kept_resolutions, link_for, resolve_links
+from mtrag_resources.ingest.doc_links import (INDEXED_LABELS, SymbolIndex, add_link, kept_resolutions, link_for,
+                                              resolve_links)
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
@@ -120,9 +121,11 @@ def compute_links(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Gra
     return links, stats
 
 
-def _resolve_all(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict, LinksState | None]:
-    """compute_links, with the state a later one-shot stage may start from (None where a source's
-    graph inputs are not recorded, or this process keeps its own memo: the watch)."""
+def _resolve_all(settings: Settings, specs: list[SourceSpec],
+                 inputs: dict[str, dict] | None = None) -> tuple[list[GraphRelation], dict, LinksState | None]:
+    """compute_links, with the state a later one-shot stage may start from, made from the sources'
+    graph `inputs` (_graph_inputs; None where one is not recorded, or this process keeps its own
+    memo, the watch: no state)."""
     index, resolved, reads = _indexed(settings, specs)
     references: list[DocReference] = []
     for spec in specs:
@@ -142,7 +145,6 @@ def _resolve_all(settings: Settings, specs: list[SourceSpec]) -> tuple[list[Grap
              "targets_resolved": len(resolved) - kept, "targets_kept": kept, "files_resolved": len(made),
              "links_reused": 0}
     state = None
-    inputs = None if _KEEP_RESOLUTIONS else _graph_inputs(settings, specs)
     if inputs is not None:
         counts = file_counts(references, resolved)
         state = LinksState(index_key=index_key(specs, inputs), table="", proposals=proposal_ids, files={
@@ -203,13 +205,14 @@ def _with_proposals(settings: Settings, specs: list[SourceSpec], links: list[Gra
 MAX_CHANGED_SHARE = 0.25
 
 
-def _resolve_changed(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict, LinksState] | None:
-    """compute_links from the last links stage's state (stages/links_state.py): the last links of
-    the files whose facts are the same, the changed files' references resolved, the proposals
-    joined again. None where the state does not describe what is on disk (then resolve all)."""
+def _resolve_changed(settings: Settings, specs: list[SourceSpec],
+                     inputs: dict[str, dict]) -> tuple[list[GraphRelation], dict, LinksState] | None:
+    """compute_links from the last links stage's state (stages/links_state.py) and the sources'
+    graph `inputs`: the last links of the files whose facts are the same, the changed files'
+    references resolved, the proposals joined again. None where the state does not describe what
+    is on disk (then resolve all)."""
     state = load_state(settings)
-    inputs = _graph_inputs(settings, specs) if state is not None else None
-    if inputs is None or state.index_key != index_key(specs, inputs) \
+    if state is None or state.index_key != index_key(specs, inputs) \
             or state.table != table_digest(settings.links_table):
         return None
     changed: dict[str, set[str]] = {}
@@ -241,10 +244,8 @@ def _resolve_changed(settings: Settings, specs: list[SourceSpec]) -> tuple[list[
         index, resolved, _reads = _indexed(settings, specs)
         fresh, _unresolved = resolve_links(index, references, resolved, evidence=chunk_hash)
     by_id = {l.rel_id: l for l in kept}
-    for link in fresh:  # as resolve_links merges: VERIFIED wins over INFERRED
-        old = by_id.get(link.rel_id)
-        if old is None or (old.confidence != "VERIFIED" and link.confidence == "VERIFIED"):
-            by_id[link.rel_id] = link
+    for link in fresh:
+        add_link(by_id, link)
     links = sorted(by_id.values(), key=lambda r: r.rel_id)
     links, proposals_used, proposal_ids = _with_proposals(settings, specs, links, chunk_hash, chunk_ids)
     counts = file_counts(references, resolved)
@@ -262,8 +263,10 @@ def update_links_table(settings: Settings, specs: list[SourceSpec]) -> tuple[lis
     """The links table brought up to date, and (links, figures): in a one-shot process from the
     last stage's state where it still describes what is on disk (only the changed files'
     references resolved), else every reference resolved; then the state for the next one."""
-    found = None if _KEEP_RESOLUTIONS else _resolve_changed(settings, specs)
-    links, stats, state = found if found is not None else _resolve_all(settings, specs)
+    # each graph table digested once per stage: both paths start from the same inputs
+    inputs = None if _KEEP_RESOLUTIONS else _graph_inputs(settings, specs)
+    found = None if inputs is None else _resolve_changed(settings, specs, inputs)
+    links, stats, state = found if found is not None else _resolve_all(settings, specs, inputs)
     forget_state(settings)  # the table changes first: a state is never read beside another table
     write_rows_changed(settings.links_table, links, GraphRelation, "rel_id")  # links: sorted by rel_id
     if state is not None:
