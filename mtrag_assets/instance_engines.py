@@ -10,7 +10,8 @@ one connection open between uses (more are opened, and closed again, when thread
 once). A use is still one transaction: Dagster's own lock and `begin()` as before, and a connection
 is rolled back when it goes back to the pool, so an idle one holds no lock that would keep another
 process (the UI, the daemon, a run worker) from writing. What is written, and when it is committed,
-is unchanged. At most `MAX_FILES` files of an event log keep an engine (each run has its own file;
+is unchanged; a commit to a WAL file is not fsynced (`_commit_without_fsync_in_wal` says why that
+is safe), and `has_table` keeps the tables it found. At most `MAX_FILES` files of an event log keep an engine (each run has its own file;
 a long-lived watch records many), the least recently used is closed. Only this process's instance
 object changes; PostgreSQL storages keep their own pools. Written for Dagster 1.13.27 (pinned in
 pyproject.toml): a storage without the methods this replaces is left as it is."""
@@ -24,7 +25,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, event
 from sqlalchemy.pool import QueuePool
 
 _ATTR = "_mtrag_engines"
@@ -49,6 +50,7 @@ class _Engines:
                 engine = create_engine(conn_string, poolclass=QueuePool, pool_size=1, max_overflow=16,
                                        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
                                                      "check_same_thread": False})
+                event.listen(engine, "connect", _commit_without_fsync_in_wal)
                 self._engines[conn_string] = engine
                 while len(self._engines) > self._limit:
                     _, old = self._engines.popitem(last=False)
@@ -67,6 +69,20 @@ class _Engines:
                 self._engines.popitem()[1].dispose()
 
 
+def _commit_without_fsync_in_wal(dbapi_connection, _record) -> None:
+    """`synchronous=NORMAL` on a connection to a WAL file (every Dagster SQLite file once set up):
+    a commit appends to the WAL without an fsync, the WAL is synced at checkpoints. SQLite's
+    documented trade: durable against a crash of the process, while a power loss may roll back the
+    last transactions, never corrupt the file. The event log is lineage; what a build publishes is
+    synced by mtrag itself. Measured: ~85 commits, ~0.2-0.4 s of a one-file build on this disk."""
+    cursor = dbapi_connection.cursor()
+    try:
+        if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
 def _event_log_connect(storage: SqliteEventLogStorage, engines: _Engines):
     """`SqliteEventLogStorage._connect` (Dagster 1.13) with a kept engine per shard file."""
     @contextmanager
@@ -76,6 +92,7 @@ def _event_log_connect(storage: SqliteEventLogStorage, engines: _Engines):
             if shard not in storage._initialized_dbs:
                 storage._initdb(engine)
                 storage._initialized_dbs.add(shard)
+                engine.dispose()  # a new shard is in WAL mode only now: its kept connection is made again
             with engine.connect() as conn, conn.begin():
                 yield conn
     return _connect
@@ -88,6 +105,24 @@ def _single_file_connect(storage, engines: _Engines):
         with engines.get(storage._conn_string).connect() as conn, conn.begin():
             yield conn
     return connect
+
+
+def _memo_has_table(storage) -> set[str]:
+    """`has_table` opened the index file with a new engine on every call (each `has_dynamic_partition`
+    asks whether its table exists: ~5% of a warm one-file build). A table that exists stays: only
+    that answer is kept (until `wipe`)."""
+    found: set[str] = set()
+    original = storage.has_table
+
+    def has_table(table_name: str) -> bool:
+        if table_name in found:
+            return True
+        exists = original(table_name)
+        if exists:
+            found.add(table_name)
+        return exists
+    storage.has_table = has_table
+    return found
 
 
 def _then_close(method, engines: _Engines):
@@ -110,7 +145,13 @@ def reuse_sqlite_engines(instance) -> int:
         engines = _Engines()
         setattr(event_log, _ATTR, engines)
         event_log._connect = _event_log_connect(event_log, engines)
-        event_log.wipe = _then_close(event_log.wipe, engines)  # it deletes the files: no kept handle on them
+        tables = _memo_has_table(event_log)
+        wipe = _then_close(event_log.wipe, engines)  # it deletes the files: no kept handle on them
+
+        def wipe_and_forget(*args, **kwargs):
+            tables.clear()
+            return wipe(*args, **kwargs)
+        event_log.wipe = wipe_and_forget
         changed += 1
     for storage in (getattr(instance, "_run_storage", None), getattr(instance, "_schedule_storage", None)):
         if type(storage) in (SqliteRunStorage, SqliteScheduleStorage) and not hasattr(storage, _ATTR) \

@@ -110,3 +110,45 @@ def test_storages_of_other_kinds_are_left_alone():
     assert reuse_sqlite_engines(instance) == 0
     assert instance._run_storage.connect() == "theirs"
     assert not hasattr(instance._event_storage, "_mtrag_engines")
+
+
+@pytest.mark.integration
+def test_kept_connections_commit_without_fsync_only_to_wal_files_and_existing_tables_are_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    instance = dg.DagsterInstance.get()
+    reuse_sqlite_engines(instance)
+    result = dg.materialize([tiny_asset], instance=instance)
+    assert result.success
+    storage = instance.event_log_storage
+    # every kept connection to Dagster's (WAL) files: synchronous NORMAL (1), not FULL (2)
+    for name in (f"{result.run_id}.db", "index.db"):
+        conn_string = next(s for s in storage._mtrag_engines.strings() if s.endswith(name))
+        with storage._mtrag_engines.get(conn_string).connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1
+    # a file in another journal mode keeps SQLite's default
+    from mtrag_assets.instance_engines import _Engines
+    plain = tmp_path / "plain.db"
+    import sqlite3
+    sqlite3.connect(plain).execute("CREATE TABLE t (x)").connection.close()
+    with _Engines().get(f"sqlite:///{plain}").connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
+    # has_table: a table found is not looked up again; one missing is asked each time
+    calls: list[str] = []
+    original = type(storage).has_table
+
+    def counting(table_name):
+        calls.append(table_name)
+        return original(storage, table_name)
+    monkeypatch.setattr(type(storage), "has_table", lambda self, name: counting(name))
+    fresh = dg.DagsterInstance.get()
+    reuse_sqlite_engines(fresh)
+    for _ in range(3):
+        assert fresh.event_log_storage.has_table("dynamic_partitions")
+        assert not fresh.event_log_storage.has_table("no_such_table")
+    assert calls.count("dynamic_partitions") == 1 and calls.count("no_such_table") == 3
+    # after a wipe the tables are asked again
+    fresh.event_log_storage.wipe()
+    assert fresh.event_log_storage.has_table("dynamic_partitions")
+    assert calls.count("dynamic_partitions") == 2
