@@ -34,9 +34,20 @@ def _load_specs(settings: Settings):
     return specs
 
 
+def _server_argv(args) -> list[str]:
+    """The build's options as a build server's `mtrag build` takes them."""
+    return ([f"--source={sid}" for sid in args.source or []] + ["--force"] * args.force
+            + ["--accept-quality-drop"] * args.accept_quality_drop + ["--debug"] * bool(args.debug))
+
+
 def cmd_build(args) -> int:
     t0 = time.perf_counter()
     settings = _settings()
+    if not args.no_server:  # the home's build server, when one runs for this code and these settings
+        from mtrag_assets.build_client import build_through_server
+        code = build_through_server(settings, _server_argv(args))
+        if code is not None:
+            return code
     specs = _load_specs(settings)
     unknown = sorted(set(args.source or []) - {s.id for s in specs})
     if unknown:
@@ -77,6 +88,10 @@ def cmd_build(args) -> int:
     return 0
 
 
+# Tags every build run of this process carries besides the runner's (the build server adds its own).
+BUILD_TAGS: dict[str, str] = {}
+
+
 def _run_build_or_refusal(settings, specs, args, known_changes=None) -> dict:
     """The build; what mtrag refused inside a step (the golden-query gate's refusal, a bad
     `pip_sdist` pin, ...) is reported as that error (one clear message and its exit code) rather
@@ -86,7 +101,8 @@ def _run_build_or_refusal(settings, specs, args, known_changes=None) -> dict:
     try:
         return run_build(settings, specs, only=args.source or None, force=args.force,
                          accept_quality_drop=args.accept_quality_drop,
-                         console_log_level="WARNING" if args.debug else "CRITICAL", changed=known_changes)
+                         console_log_level="WARNING" if args.debug else "CRITICAL", changed=known_changes,
+                         extra_tags=BUILD_TAGS)
     except Exception as exc:  # noqa: BLE001 - re-raised unless mtrag refused something on purpose
         from mtrag_resources.core.errors import MtragError
         cause, seen = exc, set()
@@ -156,6 +172,37 @@ def cmd_status(args) -> int:
         from mtrag_resources.serving.render import render_status
         print(render_status(result))
     return 0 if result.get("generation") is not None else 1
+
+
+def cmd_build_server(args) -> int:
+    from mtrag_assets import build_client
+    if args.idle_timeout <= 0:
+        from mtrag_resources.core.errors import ConfigError
+        raise ConfigError(f"--idle-timeout {args.idle_timeout:g}: must be more than 0 seconds")
+    settings = _settings()
+    if args.action == "run":
+        from mtrag_assets.build_server import serve
+        return serve(settings, args.idle_timeout, log=lambda line: print(line, flush=True))
+    if args.action == "start":
+        _load_specs(settings)  # a broken sources file is refused here, not in the server's log
+        result = build_client.start(settings, args.idle_timeout)
+    elif args.action == "stop":
+        result = build_client.stop(settings)
+    else:
+        result = build_client.status(settings)
+    if args.json:
+        print(json.dumps(result))
+    elif args.action == "stop":
+        print("build server: stopped" if result.get("was_running") else "build server: not running")
+    elif result.get("running"):
+        print(f"build server: running (pid {result['pid']}, {result['builds']} build(s), idle {result['idle_s']:g} s "
+              f"of {result['idle_timeout_s']:g} s)"
+              + (f"; ready in {result['ready_s']:g} s" if result.get("ready_s") is not None else "")
+              + ("" if result["usable"] else "; started for another code tree or other settings: "
+                                             "`mtrag build` here does not use it"))
+    else:
+        print("build server: not running")
+    return 0 if args.action != "status" or result.get("running") else 1
 
 
 def cmd_watch(args) -> int:
@@ -272,7 +319,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild every source even when nothing changed")
     p.add_argument("--accept-quality-drop", action="store_true",
                    help="publish even if the golden-query gate refuses the generation (recorded in the manifest)")
+    p.add_argument("--no-server", action="store_true",
+                   help="build in this process even when a build server runs for this home")
     p.set_defaults(func=cmd_build)
+
+    p = command("build-server", "a long-lived process that runs `mtrag build` without its start-up cost",
+                "One process per MTRAG_HOME that pays a build's fixed costs once (imports, the embedder, the "
+                "stages' memos, the Neo4j driver) and then runs each `mtrag build` of this home: the same "
+                "Dagster runs, gate and output, streamed to the calling command. `mtrag build` uses it when one "
+                "runs for the same code and settings, else builds in its own process. It leaves after "
+                "--idle-timeout seconds without a build. Its log: MTRAG_HOME/build-server.log.")
+    p.add_argument("action", choices=["start", "stop", "status", "run"],
+                   help="start it in the background (or report the running one), stop it after its current "
+                        "build, say whether it runs, or run it in the foreground")
+    p.add_argument("--idle-timeout", type=float, default=1800, metavar="SECONDS",
+                   help="leave after this long without a build (start, run)")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=cmd_build_server)
 
     p = command("watch", "watch the folder sources and publish each change (the fast lane)",
                 "One long-lived process: loads the embedder and stores once, watches the folder sources' "

@@ -19,6 +19,7 @@ from mtrag_resources.core import instance_file
 from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock, source_problems
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import spec_root
+from mtrag_resources.core.processes import alive, proc_start
 from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 from mtrag_resources.publish.views import lagging_sources
 from mtrag_resources.stores.connect import shared_qdrant
@@ -71,28 +72,9 @@ def dagster_instance(settings: Settings, log=None) -> dg.DagsterInstance:
     return instance
 
 
-def _proc_start(pid: int) -> str:
-    """The process's start time in clock ticks since boot ('' where /proc is missing): with the
-    pid it names one process, so a reused pid is not mistaken for the original."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
 def _process_tags() -> dict:
     return {"mtrag/host": socket.gethostname(), "mtrag/pid": str(os.getpid()),
-            "mtrag/proc_start": _proc_start(os.getpid())}
-
-
-def _alive(pid: int, start: str) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not start or _proc_start(pid) in ("", start)
+            "mtrag/proc_start": proc_start(os.getpid())}
 
 
 def release_dead_runs(instance: dg.DagsterInstance, log=print) -> list[str]:
@@ -107,7 +89,7 @@ def release_dead_runs(instance: dg.DagsterInstance, log=print) -> list[str]:
         tags={"mtrag/host": socket.gethostname()}))
     for run in runs:
         pid = run.tags.get("mtrag/pid", "")
-        if not pid.isdigit() or _alive(int(pid), run.tags.get("mtrag/proc_start", "")):
+        if not pid.isdigit() or alive(int(pid), run.tags.get("mtrag/proc_start", "")):
             continue
         instance.report_run_failed(run, message=f"the build process (pid {pid}) died during this run; "
                                                "a later build marked it failed and freed its pool slots")

@@ -1,0 +1,189 @@
+"""`mtrag build-server run`: the home's build server (build_client.py says what it is for and the
+wire format). One process per MTRAG_HOME (a lock file), warmed once, then one build at a time:
+each request runs `cli.main(["build", ...])` in this process with stdout and stderr relayed to the
+client, so a build through the server is the same Dagster runs, gate and output as one without.
+Runs carry this process's pid in their tags: a server killed mid-build leaves runs that the next
+build marks failed (runner.release_dead_runs) and markers it converges, as for a killed `mtrag
+build`. SIGTERM / SIGINT and `mtrag build-server stop` end it between builds; so does the idle
+timeout."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from mtrag_resources.core.atomic import write_text_atomic
+from mtrag_resources.core.config import Settings
+from mtrag_resources.core.errors import MtragError
+from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.core.processes import proc_start
+from mtrag_resources.stores.tables import table_exists
+
+from mtrag_assets import build_client
+
+ACCEPT_POLL_S = 0.5  # how often the accept loop looks at the stop flag and the idle clock
+REQUEST_TIMEOUT_S = 10.0  # a client has this long to send its request line
+
+
+class _Relay:
+    """A text stream whose writes go to the client as {"o"|"e": text} lines. Once the client has
+    gone (interrupted), writes are dropped: the build goes on and ends as it would have."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, conn: socket.socket, channel: str):
+        self.conn, self.channel, self.gone = conn, channel, False
+
+    def write(self, text: str) -> int:
+        if text and not self.gone:
+            try:
+                build_client.send_line(self.conn, {self.channel: text})
+            except OSError:
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
+def warm(settings: Settings, log) -> None:
+    """A fresh build's one-time costs, paid before the first request: the imports, the embedder,
+    the local Neo4j (launched when no NEO4J_URI names one) and its driver, and the built sources'
+    stage memos (stages/warm.py; the code graph's and the links' resolutions are kept from now on)."""
+    from mtrag_assets.cli import _load_specs
+    from mtrag_assets.fast_lane import warm_up
+    from mtrag_assets.resources import MtragResource
+    from mtrag_assets.runner import dagster_instance
+    from mtrag_resources.stores.neo4j_server import launch_local_server
+    specs = _load_specs(settings)
+    launch_local_server(settings)
+    dagster_instance(settings, log=log)
+    MtragResource().embedder().encode(["mtrag build server warm-up"])
+    built = [s.id for s in specs if table_exists(SourceLayout(settings, s.id).nodes)]
+    warm_up(settings, built, specs)
+
+
+def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
+    """Hold the home's lock, warm up, answer requests until stopped or idle; 0 on a clean stop."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    lock = open(settings.home / "build-server.lock", "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise MtragError(f"a build server already runs for MTRAG_HOME={settings.home} "
+                         f"(mtrag build-server status)") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    t0 = time.monotonic()
+    from mtrag_assets import cli
+    cli.BUILD_TAGS["mtrag/build_server"] = str(os.getpid())  # the UI filters the server's runs by it
+    warm(settings, log)
+    key = build_client.server_key(settings)
+    path = build_client.socket_path(settings)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # a killed server's: the lock says none runs
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    listener.settimeout(ACCEPT_POLL_S)
+    state = {"pid": os.getpid(), "proc_start": proc_start(os.getpid()), "socket": str(path), "key": key,
+             "started": time.time(), "idle_timeout_s": idle_timeout_s}
+    write_text_atomic(build_client.state_path(settings), json.dumps(state))
+    log(f"build server pid {os.getpid()} ready in {time.monotonic() - t0:.1f} s at {path} "
+        f"(idle timeout {idle_timeout_s:g} s)")
+    builds, last = 0, time.monotonic()
+    try:
+        while not stop.is_set() and time.monotonic() - last < idle_timeout_s:
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            with conn:
+                request = _request(conn)
+                if request is None:
+                    continue
+                op = request.get("op")
+                if op == "ping":
+                    build_client.send_line(conn, {"pid": os.getpid(), "key": key, "builds": builds,
+                                                  "idle_s": round(time.monotonic() - last, 1),
+                                                  "idle_timeout_s": idle_timeout_s})
+                elif op == "stop":
+                    build_client.send_line(conn, {"pid": os.getpid(), "stopping": True})
+                    stop.set()
+                elif op == "build":
+                    if request.get("key") != key:
+                        build_client.send_line(conn, {"pid": os.getpid(), "refused": (
+                            "it was started for another code tree or other settings (MTRAG_* and the other "
+                            "variables mtrag reads); `mtrag build-server stop` and start it again")})
+                        continue
+                    builds += 1
+                    _build(conn, request, log)
+                    last = time.monotonic()
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+        build_client.state_path(settings).unlink(missing_ok=True)
+        from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant
+        close_parked_qdrant()
+        close_kept_neo4j_drivers()
+        why = "stopped" if stop.is_set() else f"idle for {idle_timeout_s:g} s"
+        log(f"build server pid {os.getpid()} leaves ({why}) after {builds} build(s)")
+    return 0
+
+
+def _request(conn: socket.socket) -> dict | None:
+    conn.settimeout(REQUEST_TIMEOUT_S)
+    try:
+        request = next(build_client.read_lines(conn), None)
+    except (OSError, ValueError):
+        return None
+    conn.settimeout(None)
+    return request if isinstance(request, dict) else None
+
+
+def _build(conn: socket.socket, request: dict, log) -> None:
+    """`mtrag build <argv>` in this process, its output relayed; never `--server` again."""
+    from mtrag_assets.cli import main
+    argv = ["build", "--no-server", *[str(a) for a in request.get("argv", [])]]
+    build_client.send_line(conn, {"accepted": os.getpid()})
+    out, err = _Relay(conn, "o"), _Relay(conn, "e")
+    saved, here = (sys.stdout, sys.stderr), os.getcwd()
+    t0 = time.monotonic()
+    sys.stdout, sys.stderr = out, err
+    try:
+        try:
+            os.chdir(request.get("cwd") or here)
+        except OSError:
+            pass
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's refusal (a client of another version)
+            code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        sys.stdout, sys.stderr = saved
+        os.chdir(here)
+    log(f"build {' '.join(argv[2:]) or '(all changed sources)'}: exit {code} in {time.monotonic() - t0:.2f} s"
+        + (" (the client left before the end)" if out.gone else ""))
+    try:
+        build_client.send_line(conn, {"exit": code})
+    except OSError:
+        pass
+
+
+def main_run(idle_timeout_s: float) -> int:
+    from mtrag_assets.cli import _settings
+    return serve(_settings(), idle_timeout_s, log=lambda line: print(line, flush=True))
+

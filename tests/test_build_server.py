@@ -1,0 +1,208 @@
+"""`mtrag build-server` and `mtrag build` through it, as real processes of the console script on a
+test home: builds run in the server (its output, exit codes and refusals relayed), publish what an
+in-process build would (a later in-process build finds nothing to do), are Dagster runs tagged with
+the server's pid; a client of other settings builds in its own process; a server killed by
+SIGKILL in the middle of a build leaves the last generation served and the next build converges;
+stop and the idle timeout end it and remove its socket and state file."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mtrag_assets import build_client
+from mtrag_resources.core.config import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+MTRAG = str(Path(sys.executable).with_name("mtrag"))
+
+
+def mtrag(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([MTRAG, *args], env=env or dict(os.environ), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def files_of(symbol: str) -> set[str]:
+    out = mtrag("query", symbol, "--mode", "exact", "--json")
+    assert out.returncode == 0, out.stderr
+    return {h["file_path"] for h in json.loads(out.stdout)["hits"] if h.get("symbol") == symbol}
+
+
+def server_pid() -> int:
+    out = mtrag("build-server", "status", "--json")
+    return json.loads(out.stdout)["pid"]
+
+
+def gone(pid: int, timeout: float = 60) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def stop_server_after():
+    yield
+    mtrag("build-server", "stop")  # whatever a test left running
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanly(mtrag_env, stop_server_after):
+    pkg, docs = mtrag_env["pkg"], mtrag_env["docs"]
+    started = mtrag("build-server", "start")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("build server: running (pid "), started.stdout
+    pid = server_pid()
+    settings = Settings.from_env()
+    assert build_client.socket_path(settings).exists() and build_client.state_path(settings).exists()
+    again = mtrag("build-server", "start")  # a second start reports the running one
+    assert again.returncode == 0 and f"pid {pid}" in again.stdout
+
+    first = mtrag("build")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.splitlines()[0] == f"(through the build server, pid {pid})"
+    assert "[shop] cas_chunks done" in first.stdout and "published generation 1 " in first.stdout
+
+    tax = pkg / "tax.py"
+    tax.write_text(tax.read_text() + '\n\ndef server_added(x):\n    """Added for the build server."""\n    return x\n')
+    removed = sorted(docs.glob("*.md"))[0]
+    removed_text = removed.read_text()
+    removed.unlink()
+    second = mtrag("build")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "published generation 2 " in second.stdout
+    assert files_of("shopcart.tax.server_added") == {"src/shopcart/tax.py"}
+    fts_hits = json.loads(mtrag("query", removed_text.split("\n")[0].strip("# "), "--mode", "lexical",
+                                "--kind", "docs", "--json").stdout)["hits"]
+    assert removed.name not in {Path(h["file_path"]).name for h in fts_hits}
+
+    # what the server published is what this process would have: an in-process build has nothing to do
+    local = mtrag("build", "--no-server")
+    assert local.returncode == 0 and local.stdout.startswith("nothing changed since the published generation"), local.stdout
+    status = json.loads(mtrag("status", "--json").stdout)
+    assert status["generation"] == 2 and status["stale"] == []
+
+    # a refusal is relayed as it is given in process: one line, its exit code
+    refused = mtrag("build", "--source", "nope")
+    local_refused = mtrag("build", "--source", "nope", "--no-server")
+    assert refused.returncode == local_refused.returncode == 2
+    assert refused.stderr.strip() == local_refused.stderr.strip() and "unknown source id(s) ['nope']" in refused.stderr
+
+    # another value of a variable mtrag reads: not this server's build; it runs in the calling process
+    other = mtrag("build", env={**os.environ, "MTRAG_WATCH_NICE": "5"})
+    assert other.returncode == 0, other.stderr
+    assert f"not using the build server (pid {pid})" in other.stderr and "(through the build server" not in other.stdout
+
+    # the runs are the instance's, tagged with the server's pid
+    import dagster as dg
+    runs = dg.DagsterInstance.get().get_runs(filters=dg.RunsFilter(tags={"mtrag/build_server": str(pid)}))
+    assert len(runs) >= 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    assert {r.tags["mtrag/pid"] for r in runs} == {str(pid)} and any(r.tags["mtrag/publish"] == "true" for r in runs)
+
+    shown = json.loads(mtrag("build-server", "status", "--json").stdout)
+    assert shown["running"] and shown["usable"] and shown["builds"] >= 3
+
+    stopped = mtrag("build-server", "stop")
+    assert stopped.stdout.strip() == "build server: stopped" and gone(pid)
+    assert not build_client.socket_path(settings).exists() and not build_client.state_path(settings).exists()
+    after = mtrag("build-server", "status")
+    assert after.returncode == 1 and after.stdout.strip() == "build server: not running"
+    assert f"build server pid {pid} leaves (stopped) after" in build_client.log_path(settings).read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_a_server_killed_mid_build_leaves_the_generation_served_and_the_next_build_converges(mtrag_env, stop_server_after):
+    env = {k: v for k, v in os.environ.items() if k != "MTRAG_FAULT"}
+    assert mtrag("build", "--no-server", env=env).returncode == 0
+    faulty = {**env, "MTRAG_FAULT": "qdrant:after_begin"}  # the server kills itself after Qdrant's begin
+    assert mtrag("build-server", "start", env=faulty).returncode == 0
+    pid = server_pid()
+    tax = mtrag_env["pkg"] / "tax.py"
+    tax.write_text(tax.read_text() + '\n\ndef after_kill(x):\n    return x\n')
+    died = mtrag("build", env=faulty)
+    assert died.returncode == 1
+    assert f"the build server (pid {pid}) stopped during the build" in died.stderr, died.stderr
+    assert gone(pid)
+    status = json.loads(mtrag("status", "--json").stdout)
+    assert status["generation"] == 1 and not files_of("shopcart.tax.after_kill")
+
+    # its socket file is left, nobody listens: the next build runs in its own process and converges
+    converged = mtrag("build", env=env)
+    assert converged.returncode == 0, converged.stderr
+    assert "(through the build server" not in converged.stdout
+    assert "released 1 run(s) of build processes that died" in converged.stdout
+    assert files_of("shopcart.tax.after_kill") == {"src/shopcart/tax.py"}
+    assert json.loads(mtrag("status", "--json").stdout)["stale"] == []
+
+    # a server with a short idle timeout leaves by itself, taking its socket and state file along
+    assert mtrag("build-server", "start", "--idle-timeout", "1", env=env).returncode == 0
+    pid = server_pid()
+    assert gone(pid, timeout=60)
+    settings = Settings.from_env()
+    assert not build_client.socket_path(settings).exists() and not build_client.state_path(settings).exists()
+    assert f"build server pid {pid} leaves (idle for 1 s) after 0 build(s)" in build_client.log_path(settings).read_text()
+
+
+@pytest.mark.unit
+def test_the_key_follows_the_code_the_home_and_every_variable_mtrag_reads(tmp_path, monkeypatch):
+    for package in ("mtrag_assets", "mtrag_resources"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "m.py").write_text("x = 1\n")
+    monkeypatch.setattr(build_client, "_REPO", tmp_path)
+    monkeypatch.setenv("MTRAG_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MTRAG_WATCH_NICE", raising=False)
+    key = build_client.server_key(Settings.from_env())
+    assert build_client.server_key(Settings.from_env()) == key
+    monkeypatch.setenv("MTRAG_WATCH_NICE", "3")
+    assert build_client.server_key(Settings.from_env()) != key
+    monkeypatch.delenv("MTRAG_WATCH_NICE")
+    (tmp_path / "mtrag_resources" / "m.py").write_text("x = 22\n")  # an edit of the code
+    edited = build_client.server_key(Settings.from_env())
+    assert edited != key
+    monkeypatch.setenv("MTRAG_HOME", str(tmp_path / "other"))
+    assert build_client.server_key(Settings.from_env()) != edited
+    # the socket is per home and short enough for AF_UNIX whatever the home's path
+    monkeypatch.setenv("MTRAG_HOME", str(tmp_path / ("x" * 200)))
+    assert len(str(build_client.socket_path(Settings.from_env()))) < 100
+
+
+@pytest.mark.unit
+def test_a_relay_drops_output_once_the_client_has_gone():
+    import socket
+    from mtrag_assets.build_server import _Relay
+    mine, theirs = socket.socketpair()
+    relay = _Relay(mine, "o")
+    relay.write("one\n")
+    assert json.loads(theirs.recv(100)) == {"o": "one\n"}
+    theirs.close()
+    for _ in range(3):  # the first write after the peer left may still be buffered; then EPIPE
+        assert relay.write("two\n") == 4
+    assert relay.gone
+    mine.close()
+
+
+@pytest.mark.unit
+def test_stop_leaves_a_reused_pid_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTRAG_HOME", str(tmp_path))
+    settings = Settings.from_env()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        # a state file naming this pid with another start time: the server it named is gone
+        build_client.state_path(settings).write_text(json.dumps({"pid": sleeper.pid, "proc_start": "1"}))
+        assert build_client.stop(settings) == {"was_running": False}
+        assert sleeper.poll() is None
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
