@@ -31,21 +31,24 @@ REQUEST_TIMEOUT_S = 10.0  # a client has this long to send its request line
 
 
 class _Relay:
-    """A text stream whose writes go to the client as {"o"|"e": text} lines. Once the client has
-    gone (interrupted), writes are dropped: the build goes on and ends as it would have."""
+    """A text stream whose writes go to the client as {"o"|"e": text} lines, one line whole however
+    many threads print (`lock`, shared by a connection's streams). Once the client has gone
+    (interrupted), writes are dropped: the build goes on and ends as it would have."""
 
     encoding = "utf-8"
     errors = "replace"
 
-    def __init__(self, conn: socket.socket, channel: str):
+    def __init__(self, conn: socket.socket, channel: str, lock: threading.Lock | None = None):
         self.conn, self.channel, self.gone = conn, channel, False
+        self.lock = lock or threading.Lock()
 
     def write(self, text: str) -> int:
-        if text and not self.gone:
-            try:
-                build_client.send_line(self.conn, {self.channel: text})
-            except OSError:
-                self.gone = True
+        with self.lock:
+            if text and not self.gone:
+                try:
+                    build_client.send_line(self.conn, {self.channel: text})
+                except OSError:
+                    self.gone = True
         return len(text)
 
     def flush(self) -> None:
@@ -159,7 +162,8 @@ def _build(conn: socket.socket, request: dict, log) -> None:
     from mtrag_assets.cli import main
     argv = ["build", "--no-server", *[str(a) for a in request.get("argv", [])]]
     build_client.send_line(conn, {"accepted": os.getpid()})
-    out, err = _Relay(conn, "o"), _Relay(conn, "e")
+    lock = threading.Lock()
+    out, err = _Relay(conn, "o", lock), _Relay(conn, "e", lock)
     saved, here = (sys.stdout, sys.stderr), os.getcwd()
     t0 = time.monotonic()
     sys.stdout, sys.stderr = out, err
@@ -176,7 +180,7 @@ def _build(conn: socket.socket, request: dict, log) -> None:
         sys.stdout, sys.stderr = saved
         os.chdir(here)
     log(f"build {' '.join(argv[2:]) or '(all changed sources)'}: exit {code} in {time.monotonic() - t0:.2f} s"
-        + (" (the client left before the end)" if out.gone else ""))
+        + (" (the client left before the end)" if out.gone or err.gone else ""))
     try:
         build_client.send_line(conn, {"exit": code})
     except OSError:

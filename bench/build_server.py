@@ -1,0 +1,114 @@
+"""`mtrag build` for one-file changes in its own process (`--no-server`) and through the home's build
+server (`mtrag build-server`), alternating in one run on one built home: the fixed cost a server
+saves, as a ratio measured the same minute. Each round, for each way in turn: one function
+appended to a Python file, `mtrag build`; one docs file removed, `mtrag build`. Also the no-change
+build both ways, the server's start-up (ready) time and its RSS after the rounds. What the rounds
+changed is put back (and built) at the end.
+
+    python bench/build_server.py [--rounds 5]                                  # bench/build.py's home
+    python bench/build_server.py --work bench/out/scale-work --code-file django/utils/text.py \\
+        --docs-dir docs --docs-glob '*.txt' --out bench/out/build_server_django.json   # bench/scale.py's
+
+The home's Neo4j is started first and stopped at the end, and so is the server."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import REPO, git_commit, mtrag_env, write_json  # noqa: E402
+
+APPENDED = '''
+
+def bench_server_helper_{n}(value: str) -> str:
+    """Return the value reversed; appended by bench/build_server.py."""
+    return value[::-1]
+'''
+WAYS = {"process": ["build", "--no-server"], "server": ["build"]}
+
+
+def mtrag(args: list[str], env: dict) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", *args], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"mtrag {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return round(wall, 3), proc.stdout
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
+    ap.add_argument("--code-file", default="flask/src/flask/helpers.py")
+    ap.add_argument("--docs-dir", default="flask/docs")
+    ap.add_argument("--docs-glob", default="*.rst", help="which files under --docs-dir may be removed")
+    ap.add_argument("--out", default=str(REPO / "bench/out/build_server.json"))
+    args = ap.parse_args()
+    work = Path(args.work).resolve()
+    corpus, home, sources = work / "corpus", work / "home", work / "sources.yaml"
+    if not (home / "08-manifest" / "CURRENT").exists():
+        sys.exit(f"{home} has no published generation: run bench/build.py (or bench/scale.py) first")
+    env = mtrag_env(home, sources)
+    docs = sorted(p for p in (corpus / args.docs_dir).rglob(args.docs_glob) if p.stat().st_size > 2000)
+    if len(docs) < 2 * args.rounds:
+        sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
+    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
+                   capture_output=True)
+    mtrag(WAYS["process"], env)  # whatever an earlier run left unbuilt, outside the clock
+    _, started = mtrag(["build-server", "start", "--json"], env)
+    server = json.loads(started)
+    if not server.get("usable"):
+        sys.exit(f"a build server of other code or settings runs for {home} (pid {server['pid']}): stop it first")
+    print(f"build server pid {server['pid']} ready in {server['ready_s']} s", flush=True)
+    walls: dict[str, dict[str, list[float]]] = {w: {"append": [], "delete": [], "nochange": []} for w in WAYS}
+    code = corpus / args.code_file
+    original = code.read_bytes()
+    removed = {p: p.read_bytes() for p in docs[:2 * args.rounds]}
+    n = 0
+    try:
+        for r in range(args.rounds):
+            for way in (("process", "server") if r % 2 == 0 else ("server", "process")):
+                code.write_text(code.read_text() + APPENDED.format(n=n))
+                walls[way]["append"].append(mtrag(WAYS[way], env)[0])
+                docs[n].unlink()
+                walls[way]["delete"].append(mtrag(WAYS[way], env)[0])
+                walls[way]["nochange"].append(mtrag(WAYS[way], env)[0])
+                n += 1
+                print(way, {k: v[-1] for k, v in walls[way].items()}, flush=True)
+        server_rss = rss_mb(server["pid"])
+        served = json.loads(mtrag(["build-server", "status", "--json"], env)[1])
+    finally:
+        code.write_bytes(original)
+        for path, data in removed.items():
+            path.write_bytes(data)
+        mtrag(WAYS["process"], env)
+        mtrag(["build-server", "stop"], env)
+        subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
+    summary = {w: {c: {"min": min(v), "median": round(statistics.median(v), 3)} for c, v in changes.items()}
+               for w, changes in walls.items()}
+    ratio = {c: round(summary["server"][c]["median"] / summary["process"][c]["median"], 3)
+             for c in ("append", "delete", "nochange")}
+    out = {"summary": summary, "server_over_process_median": ratio, "rounds": walls,
+           "server_ready_s": server["ready_s"], "server_rss_mb": server_rss, "server_builds": served["builds"],
+           "work": str(work), "commit": git_commit(REPO)}
+    print(json.dumps({"summary": summary, "server_over_process_median": ratio, "server_ready_s": server["ready_s"],
+                      "server_rss_mb": server_rss}, indent=1))
+    write_json(args.out, out)
+
+
+if __name__ == "__main__":
+    main()
