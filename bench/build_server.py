@@ -64,7 +64,7 @@ def main() -> None:
         sys.exit(f"{home} has no published generation: run bench/build.py (or bench/scale.py) first")
     env = mtrag_env(home, sources)
     docs = sorted(p for p in (corpus / args.docs_dir).rglob(args.docs_glob) if p.stat().st_size > 2000)
-    if len(docs) < 2 * args.rounds:
+    if len(docs) < 4 * args.rounds:
         sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
     subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
                    capture_output=True)
@@ -74,20 +74,22 @@ def main() -> None:
     if not server.get("usable"):
         sys.exit(f"a build server of other code or settings runs for {home} (pid {server['pid']}): stop it first")
     print(f"build server pid {server['pid']} ready in {server['ready_s']} s", flush=True)
-    walls: dict[str, dict[str, list[float]]] = {w: {"append": [], "delete": [], "nochange": []} for w in WAYS}
+    changes = ("append_first", "delete_first", "append", "delete", "nochange")
+    walls: dict[str, dict[str, list[float]]] = {w: {c: [] for c in changes} for w in WAYS}
     code = corpus / args.code_file
     original = code.read_bytes()
-    removed = {p: p.read_bytes() for p in docs[:2 * args.rounds]}
+    removed = {p: p.read_bytes() for p in docs[:4 * args.rounds]}
     n = 0
     try:
         for r in range(args.rounds):
             for way in (("process", "server") if r % 2 == 0 else ("server", "process")):
-                code.write_text(code.read_text() + APPENDED.format(n=n))
-                walls[way]["append"].append(mtrag(WAYS[way], env)[0])
-                docs[n].unlink()
-                walls[way]["delete"].append(mtrag(WAYS[way], env)[0])
+                for suffix in ("_first", ""):
+                    code.write_text(code.read_text() + APPENDED.format(n=n))
+                    walls[way][f"append{suffix}"].append(mtrag(WAYS[way], env)[0])
+                    docs[n].unlink()
+                    walls[way][f"delete{suffix}"].append(mtrag(WAYS[way], env)[0])
+                    n += 1
                 walls[way]["nochange"].append(mtrag(WAYS[way], env)[0])
-                n += 1
                 print(way, {k: v[-1] for k, v in walls[way].items()}, flush=True)
         server_rss = rss_mb(server["pid"])
         served = json.loads(mtrag(["build-server", "status", "--json"], env)[1])
@@ -98,10 +100,10 @@ def main() -> None:
         mtrag(WAYS["process"], env)
         mtrag(["build-server", "stop"], env)
         subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
-    summary = {w: {c: {"min": min(v), "median": round(statistics.median(v), 3)} for c, v in changes.items()}
-               for w, changes in walls.items()}
+    summary = {w: {c: {"min": min(v), "median": round(statistics.median(v), 3)} for c, v in per_change.items()}
+               for w, per_change in walls.items()}
     ratio = {c: round(summary["server"][c]["median"] / summary["process"][c]["median"], 3)
-             for c in ("append", "delete", "nochange")}
+             for c in changes}
     out = {"summary": summary, "server_over_process_median": ratio, "rounds": walls,
            "server_ready_s": server["ready_s"], "server_rss_mb": server_rss, "server_builds": served["builds"],
            "work": str(work), "commit": git_commit(REPO)}
