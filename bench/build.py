@@ -7,6 +7,9 @@
   append       one function with a docstring appended to flask/helpers.py
   insert       one function inserted in the middle of click/utils.py
   delete       one docs file removed (flask docs/signals.rst), checked gone from Qdrant, FTS and Neo4j
+  server_*     append, insert, delete and no change again, through `mtrag build-server` (one server
+               started on the built home, stopped after): server_append_s, server_insert_s,
+               server_delete_s, server_nochange_s, server_ready_s, server_rss_mb
   watch        `mtrag watch` and `mtrag serve` on the built home: 10 appends and 3 docs removals, each
                timed from the save to its visibility in the server's answers (bench/watch_latency.py:
                watch_append_s p50 and watch_append_p95_s, watch_delete_s)
@@ -71,7 +74,8 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "texts": len(texts)}))
 EMBED_ROUNDS = 2
 EDIT_ROUNDS = 3
 DELETED_DOCS = ["docs/signals.rst", "docs/shell.rst", "docs/lifecycle.rst"]
-# The fast lane's removals (bench/watch_latency.py), after the batch rounds: other files.
+# The build server's removals, then the fast lane's (bench/watch_latency.py), after the batch rounds.
+SERVER_DELETED_DOCS = ["docs/design.rst", "docs/extensiondev.rst", "docs/templating.rst"]
 WATCH_DELETED_DOCS = ["docs/views.rst", "docs/gevent.rst", "docs/debugging.rst"]
 WATCH_EDITS = 10
 
@@ -232,7 +236,8 @@ def main() -> None:
     # --reuse run starts from the corpus this one did (the removed docs were gone for good before).
     originals = {rel: (corpus / rel).read_bytes() for rel in
                  ["flask/src/flask/helpers.py", "click/src/click/utils.py",
-                  *(f"flask/{d}" for d in [*DELETED_DOCS[:EDIT_ROUNDS], *WATCH_DELETED_DOCS])]}
+                  *(f"flask/{d}" for d in [*DELETED_DOCS[:EDIT_ROUNDS], *SERVER_DELETED_DOCS[:EDIT_ROUNDS],
+                                           *WATCH_DELETED_DOCS])]}
     try:
         _edit_rounds(corpus, env, home, result)
     finally:
@@ -244,37 +249,66 @@ def main() -> None:
 
 
 def _edit_rounds(corpus: Path, env: dict, home: Path, result: dict) -> None:
-    """The change rounds through `mtrag build`, then the fast lane; figures into `result`."""
+    """The change rounds through `mtrag build`, again through a build server, then the fast lane;
+    figures into `result`."""
+    _change_rounds(corpus, env, result, DELETED_DOCS, prefix="")
+    _watch(corpus, env, home, result)
+    print("mtrag build-server ...", flush=True)
+    cli = [sys.executable, "-m", "mtrag_assets.cli"]
+    started = json.loads(run_measured([*cli, "build-server", "start", "--json"], env)["output"])
+    try:
+        _change_rounds(corpus, env, result, SERVER_DELETED_DOCS, prefix="server_")
+        result["server_nochange_rounds_s"] = [mtrag_build(env)["wall"] for _ in range(EDIT_ROUNDS)]
+        result["server_nochange_s"] = min(result["server_nochange_rounds_s"])
+        result["server_ready_s"] = started["ready_s"]
+        result["server_rss_mb"] = _rss_mb(started["pid"])
+    finally:
+        run_measured([*cli, "build-server", "stop"], env)
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def _change_rounds(corpus: Path, env: dict, result: dict, deleted_docs: list[str], prefix: str) -> None:
+    """append, insert and delete, EDIT_ROUNDS each, through `mtrag build` (through the home's build
+    server when one runs); `{prefix}append_s` ... into `result`."""
     # Each edit runs EDIT_ROUNDS times (a new function or file each time) and the fastest counts:
     # on a shared machine one run swung by 2-3 s. Every round's figures are kept.
     rounds: dict[str, list] = {"append": [], "insert": [], "delete": []}
     for n in range(EDIT_ROUNDS):
-        print(f"append {n + 1} ...", flush=True)
+        name = f"{prefix}{n}"
+        print(f"{prefix}append {n + 1} ...", flush=True)
         helpers = corpus / "flask" / "src" / "flask" / "helpers.py"
-        helpers.write_text(helpers.read_text() + APPENDED.replace("bench_appended_helper", f"bench_appended_helper_{n}"))
+        helpers.write_text(helpers.read_text() + APPENDED.replace("bench_appended_helper", f"bench_appended_helper_{name}"))
         rounds["append"].append((mtrag_build(env)["wall"], embedded_total(env, ["flask"])))
 
-        print(f"insert {n + 1} ...", flush=True)
+        print(f"{prefix}insert {n + 1} ...", flush=True)
         utils = corpus / "click" / "src" / "click" / "utils.py"
         lines = utils.read_text().splitlines(keepends=True)
         defs = [i for i, l in enumerate(lines) if l.startswith("def ")]
         mid = defs[len(defs) // 2]
-        inserted = INSERTED.replace("bench_inserted_helper", f"bench_inserted_helper_{n}")
+        inserted = INSERTED.replace("bench_inserted_helper", f"bench_inserted_helper_{name}")
         utils.write_text("".join(lines[:mid]) + inserted + "".join(lines[mid:]))
         rounds["insert"].append((mtrag_build(env)["wall"], embedded_total(env, ["click"])))
 
-        print(f"delete {n + 1} ...", flush=True)
-        doc = DELETED_DOCS[n]
+        print(f"{prefix}delete {n + 1} ...", flush=True)
+        doc = deleted_docs[n]
         (corpus / "flask" / doc).unlink()
         rounds["delete"].append((mtrag_build(env)["wall"], gone_everywhere(env, "flask-docs", doc)))
     for step, key in (("append", "embedded_after_append"), ("insert", "embedded_after_insert"),
                       ("delete", "deleted_everywhere")):
-        result[f"{step}_rounds_s"] = [wall for wall, _ in rounds[step]]
-        result[f"{step}_s"] = min(result[f"{step}_rounds_s"])
+        result[f"{prefix}{step}_rounds_s"] = [wall for wall, _ in rounds[step]]
+        result[f"{prefix}{step}_s"] = min(result[f"{prefix}{step}_rounds_s"])
         values = [value for _, value in rounds[step]]
         # every round must embed exactly one chunk / delete everywhere, not just the fastest
-        result[key] = all(values) if step == "delete" else max(values)
+        result[f"{prefix}{key}"] = all(values) if step == "delete" else max(values)
 
+
+def _watch(corpus: Path, env: dict, home: Path, result: dict) -> None:
     # The fast lane on the same home (issue #15): `mtrag watch` and `mtrag serve` beside it.
     print("mtrag watch ...", flush=True)
     from bench.watch_latency import measure as measure_watch
