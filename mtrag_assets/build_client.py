@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -32,7 +33,8 @@ from mtrag_resources.core.config import ENVIRONMENT, Settings, env
 from mtrag_resources.core.processes import alive
 
 DEFAULT_IDLE_TIMEOUT_S = 1800
-READY_TIMEOUT_S = 600  # a first start resolves Neo4j's jars and exports the ONNX model
+READY_TIMEOUT_S = 600
+WAIT_NOTICE_S = 1.0  # no answer to a build request this long: the server is running another build  # a first start resolves Neo4j's jars and exports the ONNX model
 _PACKAGES = ("mtrag_assets", "mtrag_resources")
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -128,6 +130,8 @@ def build_through_server(settings: Settings, argv: list[str]) -> int | None:
         return None
     try:
         send_line(conn, {"op": "build", "key": server_key(settings), "argv": argv, "cwd": os.getcwd()})
+        if not select.select([conn], [], [], WAIT_NOTICE_S)[0]:
+            print("(the build server is busy with another build; this one waits for it)", flush=True)
         replies = read_lines(conn)
         first = next(replies, None)
         if first is None:
@@ -166,12 +170,14 @@ def _state(settings: Settings) -> dict:
 
 
 def status(settings: Settings) -> dict:
-    """{running, pid, builds, idle_s, idle_timeout_s, usable (its key equals this client's)}."""
+    """{running, pid, builds, building (one runs now), queued, idle_s, idle_timeout_s, usable (its key
+    equals this client's)}."""
     answer = _ask(settings, {"op": "ping"})
     if answer is None:
         return {"running": False}
-    return {"running": True, "pid": answer["pid"], "builds": answer["builds"], "idle_s": answer["idle_s"],
-            "idle_timeout_s": answer["idle_timeout_s"], "usable": answer["key"] == server_key(settings)}
+    return {"running": True, "pid": answer["pid"], "builds": answer["builds"], "building": answer["building"],
+            "queued": answer["queued"], "idle_s": answer["idle_s"], "idle_timeout_s": answer["idle_timeout_s"],
+            "usable": answer["key"] == server_key(settings)}
 
 
 def start(settings: Settings, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
@@ -194,6 +200,9 @@ def start(settings: Settings, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         if now["running"]:
             return {**now, "started": True, "ready_s": round(time.monotonic() - t0, 1)}
         if proc.poll() is not None:
+            now = status(settings)
+            if now["running"]:  # another start's server won the home's lock
+                return {**now, "started": False}
             from mtrag_resources.core.errors import MtragError
             tail = log.read_text(errors="replace").strip().splitlines()[-3:]
             raise MtragError(f"the build server exited with code {proc.returncode} before it was ready "

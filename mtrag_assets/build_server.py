@@ -1,6 +1,6 @@
 """`mtrag build-server run`: the home's build server (build_client.py says what it is for and the
-wire format). One process per MTRAG_HOME (a lock file), warmed once, then one build at a time:
-each request runs `cli.main(["build", ...])` in this process with stdout and stderr relayed to the
+wire format). One process per MTRAG_HOME (a lock file), warmed once, then one build at a time
+(a thread answers the socket: `status` and `stop` while a build runs; builds queue): each request runs `cli.main(["build", ...])` in this process with stdout and stderr relayed to the
 client, so a build through the server is the same Dagster runs, gate and output as one without.
 Runs carry this process's pid in their tags: a server killed mid-build leaves runs that the next
 build marks failed (runner.release_dead_runs) and markers it converges, as for a killed `mtrag
@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import queue
 import signal
 import socket
 import sys
@@ -110,44 +111,78 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     write_text_atomic(build_client.state_path(settings), json.dumps(state))
     log(f"build server pid {os.getpid()} ready in {time.monotonic() - t0:.1f} s at {path} "
         f"(idle timeout {idle_timeout_s:g} s)")
-    builds, last = 0, time.monotonic()
+    counts = {"builds": 0, "last": time.monotonic(), "building": False}
+    queued: queue.Queue = queue.Queue()
+    answering = threading.Thread(target=_answer, name="mtrag-build-server-accept", daemon=True,
+                                 args=(listener, key, idle_timeout_s, counts, queued, stop))
+    answering.start()
     try:
-        while not stop.is_set() and time.monotonic() - last < idle_timeout_s:
+        while not stop.is_set():
             try:
-                conn, _ = listener.accept()
-            except socket.timeout:
+                conn, request = queued.get(timeout=ACCEPT_POLL_S)
+            except queue.Empty:
                 close_parked_qdrant(idle_s=KEEP_QDRANT_OPEN_S)
+                if time.monotonic() - counts["last"] >= idle_timeout_s and queued.empty():
+                    break
                 continue
             with conn:
-                request = _request(conn)
-                if request is None:
-                    continue
-                op = request.get("op")
-                if op == "ping":
-                    build_client.send_line(conn, {"pid": os.getpid(), "key": key, "builds": builds,
-                                                  "idle_s": round(time.monotonic() - last, 1),
-                                                  "idle_timeout_s": idle_timeout_s})
-                elif op == "stop":
-                    build_client.send_line(conn, {"pid": os.getpid(), "stopping": True})
-                    stop.set()
-                elif op == "build":
-                    if request.get("key") != key:
-                        build_client.send_line(conn, {"pid": os.getpid(), "refused": (
-                            "it was started for another code tree or other settings (MTRAG_* and the other "
-                            "variables mtrag reads); `mtrag build-server stop` and start it again")})
-                        continue
-                    builds += 1
+                counts["builds"] += 1
+                counts["building"] = True
+                try:
                     _build(conn, request, log)
-                    last = time.monotonic()
+                finally:
+                    counts["building"] = False
+                    counts["last"] = time.monotonic()
     finally:
+        idle = not stop.is_set()
+        stop.set()
         listener.close()
+        answering.join(timeout=5)
+        while not queued.empty():  # builds that came as it left: their clients build themselves
+            queued.get_nowait()[0].close()
         path.unlink(missing_ok=True)
         build_client.state_path(settings).unlink(missing_ok=True)
         close_parked_qdrant()
         close_kept_neo4j_drivers()
-        why = "stopped" if stop.is_set() else f"idle for {idle_timeout_s:g} s"
-        log(f"build server pid {os.getpid()} leaves ({why}) after {builds} build(s)")
+        why = f"idle for {idle_timeout_s:g} s" if idle else "stopped"
+        log(f"build server pid {os.getpid()} leaves ({why}) after {counts['builds']} build(s)")
     return 0
+
+
+def _answer(listener: socket.socket, key: str, idle_timeout_s: float, counts: dict, queued: queue.Queue,
+            stop: threading.Event) -> None:
+    """The socket's side, on its own thread so that `status` and `stop` are answered while a build
+    runs: ping and stop at once, a build request of this key queued for the main thread (builds
+    run one at a time, in the order they came), any other refused."""
+    while not stop.is_set():
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        except OSError:  # the listener was closed: the server leaves
+            return
+        request = _request(conn)
+        op = request.get("op") if request else None
+        try:
+            if op == "build" and request.get("key") == key:
+                queued.put((conn, request))
+                continue
+            if op == "ping":
+                build_client.send_line(conn, {"pid": os.getpid(), "key": key, "builds": counts["builds"],
+                                              "building": counts["building"], "queued": queued.qsize(),
+                                              "idle_s": 0.0 if counts["building"] else
+                                              round(time.monotonic() - counts["last"], 1),
+                                              "idle_timeout_s": idle_timeout_s})
+            elif op == "stop":
+                build_client.send_line(conn, {"pid": os.getpid(), "stopping": True})
+                stop.set()
+            elif op == "build":
+                build_client.send_line(conn, {"pid": os.getpid(), "refused": (
+                    "it was started for another code tree or other settings (MTRAG_* and the other "
+                    "variables mtrag reads); `mtrag build-server stop` and start it again")})
+        except OSError:
+            pass
+        conn.close()
 
 
 def _request(conn: socket.socket) -> dict | None:

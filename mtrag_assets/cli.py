@@ -198,8 +198,9 @@ def cmd_build_server(args) -> int:
     elif args.action == "stop":
         print("build server: stopped" if result.get("was_running") else "build server: not running")
     elif result.get("running"):
-        print(f"build server: running (pid {result['pid']}, {result['builds']} build(s), idle {result['idle_s']:g} s "
-              f"of {result['idle_timeout_s']:g} s)"
+        doing = (f"building, {result['queued']} queued" if result.get("building")
+                 else f"idle {result['idle_s']:g} s of {result['idle_timeout_s']:g} s")
+        print(f"build server: running (pid {result['pid']}, {result['builds']} build(s), {doing})"
               + (f"; ready in {result['ready_s']:g} s" if result.get("ready_s") is not None else "")
               + ("" if result["usable"] else "; started for another code tree or other settings: "
                                              "`mtrag build` here does not use it"))

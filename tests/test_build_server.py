@@ -206,3 +206,40 @@ def test_stop_leaves_a_reused_pid_alone(tmp_path, monkeypatch):
     finally:
         sleeper.send_signal(signal.SIGKILL)
         sleeper.wait()
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_status_answers_while_a_build_runs_and_a_second_build_waits_its_turn(mtrag_env, stop_server_after):
+    assert mtrag("build-server", "start").returncode == 0
+    assert mtrag("build").returncode == 0
+    settings = Settings.from_env()
+    tax = mtrag_env["pkg"] / "tax.py"
+    tax.write_text(tax.read_text() + '\n\ndef queued_one(x):\n    return x\n')
+    from mtrag_resources.stores.qdrant_store import QdrantStore
+    held = QdrantStore(path=settings.qdrant_path)  # the embedded Qdrant's lock: the server's build waits for it
+    first = second = None
+    try:
+        first = subprocess.Popen([MTRAG, "build"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        while not build_client.status(settings).get("building"):
+            assert time.monotonic() - t0 < 60 and first.poll() is None, "the build never started"
+            time.sleep(0.05)
+        t1 = time.monotonic()
+        shown = mtrag("build-server", "status")  # answered by the socket's thread, the build still waiting
+        assert shown.returncode == 0 and "building, 0 queued" in shown.stdout, shown.stdout
+        assert time.monotonic() - t1 < 30 and first.poll() is None
+        second = subprocess.Popen([MTRAG, "build"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert second.stdout.readline().startswith("(the build server is busy with another build")
+        t0 = time.monotonic()
+        while build_client.status(settings).get("queued") != 1:
+            assert time.monotonic() - t0 < 30, "the second build was not queued"
+            time.sleep(0.05)
+    finally:
+        held.close()
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0 and "published generation 2 " in out, out + err
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    assert "nothing changed since the published generation" in out  # the first one built it
+    assert files_of("shopcart.tax.queued_one") == {"src/shopcart/tax.py"}
