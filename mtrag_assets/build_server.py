@@ -101,6 +101,8 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     key = build_client.server_key(settings)
     path = build_client.socket_path(settings)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.parent.stat().st_uid != os.getuid():  # another user's folder: they could listen in our place
+        raise MtragError(f"{path.parent} belongs to another user; the build server's socket cannot go there")
     path.unlink(missing_ok=True)  # a killed server's: the lock says none runs
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
