@@ -23,11 +23,10 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.processes import proc_start
-from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant
+from mtrag_resources.stores.connect import close_kept_neo4j_drivers
 from mtrag_resources.stores.tables import table_exists
 
 from mtrag_assets import build_client
-from mtrag_assets.watch import KEEP_QDRANT_OPEN_S
 
 ACCEPT_POLL_S = 0.5  # how often the accept loop looks at the stop flag and the idle clock
 REQUEST_TIMEOUT_S = 10.0  # a client has this long to send its request line
@@ -96,7 +95,6 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     t0 = time.monotonic()
     from mtrag_assets import cli
     cli.BUILD_TAGS["mtrag/build_server"] = str(os.getpid())  # the UI filters the server's runs by it
-    cli.KEEP_QDRANT_OPEN = True  # closed after KEEP_QDRANT_OPEN_S without a build, as the watch does
     warm(settings, log)
     key = build_client.server_key(settings)
     path = build_client.socket_path(settings)
@@ -123,7 +121,6 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
             try:
                 conn, request = queued.get(timeout=ACCEPT_POLL_S)
             except queue.Empty:
-                close_parked_qdrant(idle_s=KEEP_QDRANT_OPEN_S)
                 if time.monotonic() - counts["last"] >= idle_timeout_s and queued.empty():
                     break
                 continue
@@ -144,7 +141,6 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
             queued.get_nowait()[0].close()
         path.unlink(missing_ok=True)
         build_client.state_path(settings).unlink(missing_ok=True)
-        close_parked_qdrant()
         close_kept_neo4j_drivers()
         why = f"idle for {idle_timeout_s:g} s" if idle else "stopped"
         log(f"build server pid {os.getpid()} leaves ({why}) after {counts['builds']} build(s)")

@@ -260,7 +260,7 @@ def build_session(settings: Settings, specs: list[SourceSpec], targets: list[str
 def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None,
               force: bool = False, log=print, accept_quality_drop: bool = False,
               console_log_level: str = "WARNING", extra_tags: dict | None = None,
-              changed: tuple[list[str], list[str]] | None = None, keep_qdrant: bool = False) -> dict:
+              changed: tuple[list[str], list[str]] | None = None) -> dict:
     """`accept_quality_drop`: the publishing run publishes even where the golden-query gate refuses
     the candidate (index_manifest's config; the manifest records it). `log` gets each stage's
     start and end (counts, seconds) and the embedding's progress; `console_log_level`: Dagster's
@@ -268,8 +268,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     `changed`: the caller's changed_sources answer (targets, removed) for these specs and this
     embedder, taken moments before (`mtrag build` asks before importing Dagster): not asked again,
     which scanned every source's folder a second time (0.25 s at django's size). A file that
-    changes in between is built by the next build, as one that changes during this one.
-    `keep_qdrant`: build_session's (the build server's next build finds the embedded Qdrant open)."""
+    changes in between is built by the next build, as one that changes during this one."""
     instance = dagster_instance(settings)
     sync_partitions(instance, specs)
     release_dead_runs(instance, log)
@@ -296,7 +295,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         print(f"mtrag: {why}; not built (the other sources are)", file=sys.stderr, flush=True)
     targets = [t for t in targets if t not in failed]
     buildable = [s for s in specs if s.id not in failed]
-    with build_session(settings, buildable, targets, log, keep_qdrant=keep_qdrant) as targets:
+    with build_session(settings, buildable, targets, log) as targets:
         defs = cli_definitions(resources)
 
         def run(sid: str | None, publish: bool) -> str:
