@@ -133,7 +133,10 @@ def build_through_server(settings: Settings, argv: list[str]) -> int | None:
         if not select.select([conn], [], [], WAIT_NOTICE_S)[0]:
             print("(the build server is busy with another build; this one waits for it)", flush=True)
         replies = read_lines(conn)
-        first = next(replies, None)
+        try:
+            first = next(replies, None)
+        except (OSError, ValueError):
+            first = None
         if first is None:
             return None  # it stopped between our connect and its answer
         if "refused" in first:
@@ -142,15 +145,18 @@ def build_through_server(settings: Settings, argv: list[str]) -> int | None:
             return None
         pid = first["accepted"]
         print(f"(through the build server, pid {pid})", flush=True)
-        for message in replies:
-            if "o" in message:
-                sys.stdout.write(message["o"])
-                sys.stdout.flush()
-            elif "e" in message:
-                sys.stderr.write(message["e"])
-                sys.stderr.flush()
-            elif "exit" in message:
-                return int(message["exit"])
+        try:
+            for message in replies:
+                if "o" in message:
+                    sys.stdout.write(message["o"])
+                    sys.stdout.flush()
+                elif "e" in message:
+                    sys.stderr.write(message["e"])
+                    sys.stderr.flush()
+                elif "exit" in message:
+                    return int(message["exit"])
+        except (OSError, ValueError):  # reset by a server that died
+            pass
         print(f"mtrag: the build server (pid {pid}) stopped during the build; the next build converges "
               "what it left (its runs are marked failed)", file=sys.stderr, flush=True)
         return 1
