@@ -121,6 +121,14 @@ def _ask(settings: Settings, message: dict, timeout: float = 5.0) -> dict | None
         conn.close()
 
 
+def _until_reset(messages):
+    """`messages` until they end or the connection is reset (a server that died mid-line)."""
+    try:
+        yield from messages
+    except (OSError, ValueError):
+        return
+
+
 def build_through_server(settings: Settings, argv: list[str]) -> int | None:
     """Run `mtrag build <argv>` in the home's build server, its output printed here as it comes;
     the exit code, or None where no server for these settings and this code answers (the caller
@@ -132,11 +140,8 @@ def build_through_server(settings: Settings, argv: list[str]) -> int | None:
         send_line(conn, {"op": "build", "key": server_key(settings), "argv": argv, "cwd": os.getcwd()})
         if not select.select([conn], [], [], WAIT_NOTICE_S)[0]:
             print("(the build server is busy with another build; this one waits for it)", flush=True)
-        replies = read_lines(conn)
-        try:
-            first = next(replies, None)
-        except (OSError, ValueError):
-            first = None
+        replies = _until_reset(read_lines(conn))
+        first = next(replies, None)
         if first is None:
             return None  # it stopped between our connect and its answer
         if "refused" in first:
@@ -145,18 +150,15 @@ def build_through_server(settings: Settings, argv: list[str]) -> int | None:
             return None
         pid = first["accepted"]
         print(f"(through the build server, pid {pid})", flush=True)
-        try:
-            for message in replies:
-                if "o" in message:
-                    sys.stdout.write(message["o"])
-                    sys.stdout.flush()
-                elif "e" in message:
-                    sys.stderr.write(message["e"])
-                    sys.stderr.flush()
-                elif "exit" in message:
-                    return int(message["exit"])
-        except (OSError, ValueError):  # reset by a server that died
-            pass
+        for message in replies:
+            if "o" in message:
+                sys.stdout.write(message["o"])
+                sys.stdout.flush()
+            elif "e" in message:
+                sys.stderr.write(message["e"])
+                sys.stderr.flush()
+            elif "exit" in message:
+                return int(message["exit"])
         print(f"mtrag: the build server (pid {pid}) stopped during the build; the next build converges "
               "what it left (its runs are marked failed)", file=sys.stderr, flush=True)
         return 1
