@@ -194,10 +194,16 @@ def _request(conn: socket.socket) -> dict | None:
 
 
 def _build(conn: socket.socket, request: dict, log) -> None:
-    """`mtrag build <argv>` in this process, its output relayed; never `--server` again."""
+    """`mtrag build --no-server <argv>` in this process, its output relayed. A client found gone
+    when its turn comes (interrupted while it waited) gets no build; one that leaves later gets
+    it, its output dropped."""
     from mtrag_assets.cli import main
     argv = ["build", "--no-server", *[str(a) for a in request.get("argv", [])]]
-    build_client.send_line(conn, {"accepted": os.getpid()})
+    try:
+        build_client.send_line(conn, {"accepted": os.getpid()})
+    except OSError:
+        log("build request dropped: its client left before its turn")
+        return
     lock = threading.Lock()
     out, err = _Relay(conn, "o", lock), _Relay(conn, "e", lock)
     saved, here = (sys.stdout, sys.stderr), os.getcwd()
@@ -221,9 +227,4 @@ def _build(conn: socket.socket, request: dict, log) -> None:
         build_client.send_line(conn, {"exit": code})
     except OSError:
         pass
-
-
-def main_run(idle_timeout_s: float) -> int:
-    from mtrag_assets.cli import _settings
-    return serve(_settings(), idle_timeout_s, log=lambda line: print(line, flush=True))
 
