@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, git_commit, mtrag_env, write_json  # noqa: E402
+from bench.common import REPO, add_change_arguments, built_home, git_commit, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -51,23 +51,9 @@ def rss_mb(pid: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
-    ap.add_argument("--code-file", default="flask/src/flask/helpers.py")
-    ap.add_argument("--docs-dir", default="flask/docs")
-    ap.add_argument("--docs-glob", default="*.rst", help="which files under --docs-dir may be removed")
-    ap.add_argument("--out", default=str(REPO / "bench/out/build_server.json"))
+    add_change_arguments(ap, rounds=5, out="bench/out/build_server.json")
     args = ap.parse_args()
-    work = Path(args.work).resolve()
-    corpus, home, sources = work / "corpus", work / "home", work / "sources.yaml"
-    if not (home / "08-manifest" / "CURRENT").exists():
-        sys.exit(f"{home} has no published generation: run bench/build.py (or bench/scale.py) first")
-    env = mtrag_env(home, sources)
-    docs = sorted(p for p in (corpus / args.docs_dir).rglob(args.docs_glob) if p.stat().st_size > 2000)
-    if len(docs) < 4 * args.rounds:
-        sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
-    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
-                   capture_output=True)
+    corpus, home, env, docs = built_home(args, docs_per_round=4)
     mtrag(WAYS["process"], env)  # whatever an earlier run left unbuilt, outside the clock
     _, started = mtrag(["build-server", "start", "--json"], env)
     server = json.loads(started)
@@ -106,7 +92,7 @@ def main() -> None:
              for c in changes}
     out = {"summary": summary, "server_over_process_median": ratio, "rounds": walls,
            "server_ready_s": server["ready_s"], "server_rss_mb": server_rss, "server_builds": served["builds"],
-           "work": str(work), "commit": git_commit(REPO)}
+           "work": str(home.parent), "commit": git_commit(REPO)}
     print(json.dumps({"summary": summary, "server_over_process_median": ratio, "server_ready_s": server["ready_s"],
                       "server_rss_mb": server_rss}, indent=1))
     write_json(args.out, out)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, git_commit, mtrag_env, write_json  # noqa: E402
+from bench.common import REPO, add_change_arguments, built_home, git_commit, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -49,25 +49,11 @@ def build(env: dict, tree: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="the other code tree (a git worktree)")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
-    ap.add_argument("--code-file", default="flask/src/flask/helpers.py")
-    ap.add_argument("--docs-dir", default="flask/docs")
-    ap.add_argument("--docs-glob", default="*.rst", help="which files under --docs-dir may be removed")
-    ap.add_argument("--out", default=str(REPO / "bench/out/cli_change_ab.json"))
+    add_change_arguments(ap, rounds=4, out="bench/out/cli_change_ab.json")
     args = ap.parse_args()
-    work = Path(args.work).resolve()
-    corpus, home, sources = work / "corpus", work / "home", work / "sources.yaml"
-    if not (home / "08-manifest" / "CURRENT").exists():
-        sys.exit(f"{home} has no published generation: run bench/build.py first")
-    env = mtrag_env(home, sources)
-    trees = {"base": Path(args.base).resolve(), "head": REPO}
-    docs = sorted(p for p in (corpus / args.docs_dir).rglob(args.docs_glob) if p.stat().st_size > 2000)
-    if len(docs) < 2 * args.rounds:
-        sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
     # the home's Neo4j up and whatever an earlier run left unbuilt built, outside the clock
-    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
-                   capture_output=True)
+    corpus, home, env, docs = built_home(args, docs_per_round=2)
+    trees = {"base": Path(args.base).resolve(), "head": REPO}
     build(env, REPO)
     walls: dict[str, dict[str, list[float]]] = {t: {"append": [], "delete": []} for t in trees}
     code = corpus / args.code_file

@@ -104,3 +104,29 @@ def git_commit(tree: Path) -> str:
     """The short commit a code tree (a checkout or worktree) is at."""
     return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
+
+
+def add_change_arguments(ap, rounds: int, out: str) -> None:
+    """The options of the benches that change files of one built home (cli_change_ab, build_server)."""
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
+    ap.add_argument("--code-file", default="flask/src/flask/helpers.py")
+    ap.add_argument("--docs-dir", default="flask/docs")
+    ap.add_argument("--docs-glob", default="*.rst", help="which files under --docs-dir may be removed")
+    ap.add_argument("--out", default=str(REPO / out))
+
+
+def built_home(args, docs_per_round: int) -> tuple[Path, Path, dict, list[Path]]:
+    """(corpus, home, env, the docs files a round may remove) of --work's built home, its Neo4j
+    started; exits when the home has no published generation or too few docs files."""
+    work = Path(args.work).resolve()
+    corpus, home, sources = work / "corpus", work / "home", work / "sources.yaml"
+    if not (home / "08-manifest" / "CURRENT").exists():
+        sys.exit(f"{home} has no published generation: run bench/build.py (or bench/scale.py) first")
+    env = mtrag_env(home, sources)
+    docs = sorted(p for p in (corpus / args.docs_dir).rglob(args.docs_glob) if p.stat().st_size > 2000)
+    if len(docs) < docs_per_round * args.rounds:
+        sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
+    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
+                   capture_output=True)
+    return corpus, home, env, docs
