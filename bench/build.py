@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, fetch_sdist, mtrag_env, wipe_work, write_json  # noqa: E402
+from bench.common import REPO, fetch_sdist, mtrag_env, rss_mb, wipe_work, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -261,16 +261,9 @@ def _edit_rounds(corpus: Path, env: dict, home: Path, result: dict) -> None:
         result["server_nochange_rounds_s"] = [mtrag_build(env)["wall"] for _ in range(EDIT_ROUNDS)]
         result["server_nochange_s"] = min(result["server_nochange_rounds_s"])
         result["server_ready_s"] = started["ready_s"]
-        result["server_rss_mb"] = _rss_mb(started["pid"])
+        result["server_rss_mb"] = rss_mb(started["pid"])
     finally:
         run_measured([*cli, "build-server", "stop"], env)
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
 
 
 def _change_rounds(corpus: Path, env: dict, result: dict, deleted_docs: list[str], prefix: str) -> None:

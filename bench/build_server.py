@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, add_change_arguments, built_home, git_commit, write_json  # noqa: E402
+from bench.common import REPO, add_change_arguments, built_home, git_commit, rss_mb, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -40,13 +40,6 @@ def mtrag(args: list[str], env: dict) -> tuple[float, str]:
     if proc.returncode != 0:
         raise RuntimeError(f"mtrag {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return round(wall, 3), proc.stdout
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
 
 
 def main() -> None:

@@ -106,6 +106,14 @@ def git_commit(tree: Path) -> str:
                           text=True).stdout.strip()
 
 
+def rss_mb(pid: int) -> float:
+    """A live process's resident memory now (VmRSS), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
 def add_change_arguments(ap, rounds: int, out: str) -> None:
     """The options of the benches that change files of one built home (cli_change_ab, build_server)."""
     ap.add_argument("--rounds", type=int, default=rounds)

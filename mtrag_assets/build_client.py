@@ -30,11 +30,12 @@ import time
 from pathlib import Path
 
 from mtrag_resources.core.config import ENVIRONMENT, Settings, env
+from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.processes import alive
 
 DEFAULT_IDLE_TIMEOUT_S = 1800
-READY_TIMEOUT_S = 600
-WAIT_NOTICE_S = 1.0  # no answer to a build request this long: the server is running another build  # a first start resolves Neo4j's jars and exports the ONNX model
+READY_TIMEOUT_S = 600  # a first start resolves Neo4j's jars and exports the ONNX model
+WAIT_NOTICE_S = 1.0  # no answer to a build request this long: the server is running another build
 _PACKAGES = ("mtrag_assets", "mtrag_resources")
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -211,13 +212,11 @@ def start(settings: Settings, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
             now = status(settings)
             if now["running"]:  # another start's server won the home's lock
                 return {**now, "started": False}
-            from mtrag_resources.core.errors import MtragError
             tail = log.read_text(errors="replace").strip().splitlines()[-3:]
             raise MtragError(f"the build server exited with code {proc.returncode} before it was ready "
                              f"(see {log}): {' | '.join(tail)}")
         time.sleep(0.2)
     proc.terminate()
-    from mtrag_resources.core.errors import MtragError
     raise MtragError(f"the build server was not ready after {timeout:.0f} s (see {log}); stopped it")
 
 

@@ -1,7 +1,8 @@
 """`mtrag build-server run`: the home's build server (build_client.py says what it is for and the
-wire format). One process per MTRAG_HOME (a lock file), warmed once, then one build at a time
-(a thread answers the socket: `status` and `stop` while a build runs; builds queue): each request runs `cli.main(["build", ...])` in this process with stdout and stderr relayed to the
-client, so a build through the server is the same Dagster runs, gate and output as one without.
+wire format). One process per MTRAG_HOME (a lock file), warmed once, then one build at a time (a
+thread answers the socket: `status` and `stop` while a build runs; builds queue): each request runs
+`cli.main(["build", ...])` in this process with stdout and stderr relayed to the client, so a build
+through the server is the same Dagster runs, gate and output as one without.
 Runs carry this process's pid in their tags: a server killed mid-build leaves runs that the next
 build marks failed (runner.release_dead_runs) and markers it converges, as for a killed `mtrag
 build`. SIGTERM / SIGINT and `mtrag build-server stop` end it between builds; so does the idle

@@ -11,8 +11,9 @@ once). A use is still one transaction: Dagster's own lock and `begin()` as befor
 is rolled back when it goes back to the pool, so an idle one holds no lock that would keep another
 process (the UI, the daemon, a run worker) from writing. What is written, and when it is committed,
 is unchanged; a commit to a WAL file is not fsynced (`_commit_without_fsync_in_wal` says why that
-is safe), and `has_table` keeps the tables it found. At most `MAX_FILES` files of an event log keep an engine (each run has its own file;
-a long-lived watch records many), the least recently used is closed. Only this process's instance
+is safe), and `has_table` keeps the tables it found. At most `MAX_FILES` files of an event log keep
+an engine (each run has its own file; a long-lived watch records many), the least recently used is
+closed. Only this process's instance
 object changes; PostgreSQL storages keep their own pools. Written for Dagster 1.13.27 (pinned in
 pyproject.toml): a storage without the methods this replaces is left as it is."""
 from __future__ import annotations

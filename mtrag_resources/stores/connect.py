@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.processes import alive
 
 # Embedded Qdrant reads every point into memory when it opens (about 0.5 s per 3k points), and a
 # one-source build opened it eight times (its write, five checks, the gate, the snapshot). Inside
@@ -222,15 +223,7 @@ IDLE_READERS_KEPT = 2
 def _dead_reader(path: Path) -> bool:
     """Is `path` (`<pid>-...`) a dead reader's: its process is neither this one nor alive?"""
     pid = path.name.split("-", 1)[0]
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
+    return pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid))
 
 
 def _marked_version(folder: Path) -> str | None:
