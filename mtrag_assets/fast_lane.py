@@ -29,11 +29,13 @@ from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSI
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.build_state import mark_dirty
+from mtrag_resources.stages.cross_source_links import prepare_links
 from mtrag_resources.stages.raw_source import changed_paths
 from mtrag_resources.stages.warm import warm_stage_memos
 from mtrag_resources.core.task_graph import Task, run_graph
 from mtrag_resources.stores.connect import keep_neo4j_drivers, open_neo4j, shared_stores, sharing_stores
 
+from mtrag_assets.canonical_graph import canonical_graph
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import GLOBAL_ASSETS, PARTITIONED_ASSETS
 from mtrag_assets.policies import BATCH_TAG, PLANE_TAG
@@ -225,6 +227,12 @@ def _batch_tasks(settings: Settings, resource: MtragResource, batch: Batch, targ
                     [_task_name(r, sid) for r in reads])
         tasks[f"{sid}/clean"] = Task(lambda m=marker: m.unlink(missing_ok=True), own)
         previous = [*own, f"{sid}/clean"]
+    # The links resolved once every source's graph is written, beside the last one's store writes;
+    # the links stage takes them where nothing it reads changed since (not an asset: the stage's
+    # own result and figures are what it records).
+    graph_key = _one_key(canonical_graph)
+    tasks[PREPARE_LINKS] = Task(lambda: prepare_links(resource.settings(), resource.specs()),
+                                [_task_name(k, sid) for sid in targets for k in (graph_key, *checks_on.get(graph_key, []))])
     for asset in GLOBAL_ASSETS:
         key = _one_key(asset)
         if asset is GLOBAL_ASSETS[-1]:
@@ -233,12 +241,13 @@ def _batch_tasks(settings: Settings, resource: MtragResource, batch: Batch, targ
             upstream = list(asset.asset_deps[key])
             after = ([_task_name(k, sid) for sid in targets for d in upstream if d not in _GLOBAL_KEYS
                       for k in (d, *checks_on.get(d, []))]
-                     + [_task_name(d, None) for d in upstream if d in _GLOBAL_KEYS])
+                     + [_task_name(d, None) for d in upstream if d in _GLOBAL_KEYS] + [PREPARE_LINKS])
         tasks[_task_name(key, None)] = Task(_timed(lambda a=asset: _invoke(a, resource, batch.tags, None)), after)
     return tasks
 
 
 _GLOBAL_KEYS = {_one_key(a) for a in GLOBAL_ASSETS}
+PREPARE_LINKS = "links/prepare"
 
 
 def _order_of(key: dg.AssetKey) -> int:
