@@ -182,6 +182,8 @@ def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], l
                 batch.events.append((spec.key, sid, outcome))
                 seconds += check_seconds
             batch.seconds[f"{sid}/{key.path[-1]}"] = round(seconds, 3)
+    # the links resolved beside the store writes: the links stage's seconds no longer hold them
+    batch.seconds[PREPARE_LINKS] = round(results[PREPARE_LINKS][1], 3)
     for asset in GLOBAL_ASSETS:
         key = _one_key(asset)
         result, seconds = results[_task_name(key, None)]
@@ -231,7 +233,7 @@ def _batch_tasks(settings: Settings, resource: MtragResource, batch: Batch, targ
     # the links stage takes them where nothing it reads changed since (not an asset: the stage's
     # own result and figures are what it records).
     graph_key = _one_key(canonical_graph)
-    tasks[PREPARE_LINKS] = Task(lambda: prepare_links(resource.settings(), resource.specs()),
+    tasks[PREPARE_LINKS] = Task(_timed(lambda: prepare_links(resource.settings(), resource.specs())),
                                 [_task_name(k, sid) for sid in targets for k in (graph_key, *checks_on.get(graph_key, []))])
     for asset in GLOBAL_ASSETS:
         key = _one_key(asset)

@@ -135,7 +135,8 @@ def _journal(settings: Settings, sources: list[str], paths: set[Path], roots: di
              generation, seconds: float, batch_id: str | None = None, commits: list[dict] | None = None,
              stage_seconds: dict | None = None) -> None:
     """`stage_seconds`: a fast-lane batch's seconds per asset ("<source>/<asset>", and the global
-    assets by name; each with its checks), so that where a batch's time goes is on record."""
+    assets by name; each with its checks) and of the links resolved beside the store writes
+    ("links/prepare"), so that where a batch's time goes is on record."""
     files = []
     for sid in sources:
         inventory = load_inventory(SourceLayout(settings, sid))

@@ -151,7 +151,9 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
     timed = [e["stage_seconds"] for e in journal if e.get("stage_seconds")]
     assert len(timed) >= 4, journal  # the edit, the new file, the rename, the removal
     from mtrag_assets.definitions import GLOBAL_ASSETS, PARTITIONED_ASSETS
-    wanted = {f"shop/{a.key.path[-1]}" for a in PARTITIONED_ASSETS} | {a.key.path[-1] for a in GLOBAL_ASSETS}
+    from mtrag_assets.fast_lane import PREPARE_LINKS
+    wanted = ({f"shop/{a.key.path[-1]}" for a in PARTITIONED_ASSETS} | {a.key.path[-1] for a in GLOBAL_ASSETS}
+              | {PREPARE_LINKS})
     assert all(set(t) >= wanted and all(v >= 0 for v in t.values()) for t in timed), timed
 
     # kill -9 in the middle of a batch: the watch dies after Qdrant's `begin` marker
