@@ -605,6 +605,8 @@ class FtsStore:
 
     @staticmethod
     def _matches(conn, table: str, expr: str, filt: str | None, k: int, source_kind, source_ids) -> list:
+        """The k best matches joined to their chunk rows, filtered by `filt` (an FTS expression the
+        CJK table must match too), kind and sources, ranked by score then chunk id."""
         sql = [f"SELECT c.chunk_id, c.source_id, -bm25({table}, {_W}) AS score "
                f"FROM {table} JOIN chunks c ON c.rid = {table}.rowid WHERE {table} MATCH ?"]
         args: list[Any] = [expr]
