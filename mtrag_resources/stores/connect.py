@@ -54,17 +54,19 @@ def open_qdrant(settings: Settings, path=None):
 # Stores a `shared_qdrant(keep_open=True)` block left open for the next one (`mtrag watch`: one per
 # burst of changes instead of one per batch; opening Edge and closing it again was ~0.05-0.1 s of a
 # 0.6 s batch on the bench corpus), by folder, with when they were parked. They hold the folder's
-# writer lock: the watch closes them once idle for a few seconds (close_parked_qdrant), so another
-# process's build waits at most that long.
+# writer lock: the watch closes one as soon as another process asks for the lock (its waiting
+# FolderLock touches a request file beside it), or once idle for long (close_parked_qdrant).
 _PARKED: dict[str, tuple[object, float]] = {}
 _PARKED_LOCK = threading.Lock()
 
 
 def close_parked_qdrant(idle_s: float = 0.0) -> int:
-    """Close the parked stores idle for at least `idle_s` seconds; returns how many."""
+    """Close the parked stores idle for at least `idle_s` seconds, and those whose folder another
+    process is waiting for (qdrant_folder.wanted_by_another); returns how many."""
+    from mtrag_resources.stores.qdrant_folder import wanted_by_another
     now = time.monotonic()
     with _PARKED_LOCK:
-        old = [key for key, (_, since) in _PARKED.items() if now - since >= idle_s]
+        old = [key for key, (_, since) in _PARKED.items() if now - since >= idle_s or wanted_by_another(key)]
         stores = [_PARKED.pop(key)[0] for key in old]
     for store in stores:
         store.close()

@@ -85,6 +85,26 @@ def lock_path_for(folder: Path | str) -> Path:
     return folder.parent / f"{folder.name}.mtrag.lock"
 
 
+def wanted_path_for(folder: Path | str) -> Path:
+    """Beside the lock file: touched by a process while it waits for the lock (FolderLock.acquire),
+    so that a holder keeping the folder open between uses (`mtrag watch`) closes it now."""
+    folder = Path(folder)
+    return folder.parent / f"{folder.name}.mtrag.wanted"
+
+
+# A waiter touches its request at least every 0.25 s (acquire's longest sleep); an older one is a
+# waiter that gave up or died.
+WANTED_FRESH_S = 2.0
+
+
+def wanted_by_another(folder: Path | str) -> bool:
+    """Is a process waiting for this folder's lock now?"""
+    try:
+        return time.time() - wanted_path_for(folder).stat().st_mtime < WANTED_FRESH_S
+    except OSError:
+        return False
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -112,6 +132,8 @@ class FolderLock:
         fh = open(self.path, "a+")
         deadline = time.monotonic() + max(0.0, self.timeout)
         delay = 0.02
+        wanted = wanted_path_for(self.folder)
+        asked = False
         while True:
             try:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -120,7 +142,12 @@ class FolderLock:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     fh.close()
                     raise
+                with contextlib.suppress(OSError):  # ask a holder that keeps it open to let go
+                    wanted.write_text(f"pid {os.getpid()} since {now_iso()}\n")
+                    asked = True
                 if time.monotonic() >= deadline:
+                    if asked:
+                        wanted.unlink(missing_ok=True)
                     holder = ""
                     with contextlib.suppress(OSError):
                         fh.seek(0)
@@ -134,6 +161,9 @@ class FolderLock:
                         "(QDRANT_URL).") from None
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.25)
+        if asked:  # another waiter asks again within its next sleep
+            with contextlib.suppress(OSError):
+                wanted.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             fh.seek(0)
             fh.truncate()
