@@ -147,7 +147,8 @@ class FolderLock:
                     asked = True
                 if time.monotonic() >= deadline:
                     if asked:
-                        wanted.unlink(missing_ok=True)
+                        with contextlib.suppress(OSError):
+                            wanted.unlink(missing_ok=True)
                     holder = ""
                     with contextlib.suppress(OSError):
                         fh.seek(0)
