@@ -233,8 +233,8 @@ def _batch_tasks(settings: Settings, resource: MtragResource, batch: Batch, targ
     # the links stage takes them where nothing it reads changed since (not an asset: the stage's
     # own result and figures are what it records).
     graph_key = _one_key(canonical_graph)
-    tasks[PREPARE_LINKS] = Task(_timed(lambda: prepare_links(resource.settings(), resource.specs())),
-                                [_task_name(k, sid) for sid in targets for k in (graph_key, *checks_on.get(graph_key, []))])
+    graphs = [_task_name(k, sid) for sid in targets for k in (graph_key, *checks_on.get(graph_key, []))]
+    tasks[PREPARE_LINKS] = Task(_timed(lambda: prepare_links(resource.settings(), resource.specs())), graphs)
     for asset in GLOBAL_ASSETS:
         key = _one_key(asset)
         if asset is GLOBAL_ASSETS[-1]:

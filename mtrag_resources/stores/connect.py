@@ -53,9 +53,10 @@ def open_qdrant(settings: Settings, path=None):
 
 # Stores a `shared_qdrant(keep_open=True)` block left open for the next one (`mtrag watch`: one open
 # for many batches instead of one per batch; opening Edge and closing it again was ~0.05-0.1 s of a
-# 0.6 s batch on the bench corpus, 0.10-0.13 s on django), by folder, with when they were parked. They hold the folder's
-# writer lock: the watch closes one as soon as another process asks for the lock (its waiting
-# FolderLock touches a request file beside it), or once idle for long (close_parked_qdrant).
+# 0.6 s batch on the bench corpus, 0.10-0.13 s on django), by folder, with when they were parked.
+# They hold the folder's writer lock: the watch closes one as soon as another process asks for the
+# lock (its waiting FolderLock touches a request file beside it), or once idle for long
+# (close_parked_qdrant).
 _PARKED: dict[str, tuple[object, float]] = {}
 _PARKED_LOCK = threading.Lock()
 
