@@ -24,10 +24,11 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.processes import proc_start
-from mtrag_resources.stores.connect import close_kept_neo4j_drivers
+from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant
 from mtrag_resources.stores.tables import table_exists
 
 from mtrag_assets import build_client
+from mtrag_assets.watch import KEEP_QDRANT_OPEN_S, LOOP_TICK_MS
 
 ACCEPT_POLL_S = 0.5  # how often the accept loop looks at the stop flag and the idle clock
 REQUEST_TIMEOUT_S = 10.0  # a client has this long to send its request line
@@ -96,6 +97,9 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     t0 = time.monotonic()
     from mtrag_assets import cli
     cli.BUILD_TAGS["mtrag/build_server"] = str(os.getpid())  # the UI filters the server's runs by it
+    # The embedded Qdrant stays open from one build to the next (django: 0.10-0.13 s an opening), as
+    # in the watch: closed once another process waits for its lock, or after KEEP_QDRANT_OPEN_S.
+    cli.KEEP_QDRANT_OPEN = True
     warm(settings, log)
     key = build_client.server_key(settings)
     path = build_client.socket_path(settings)
@@ -120,8 +124,9 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     try:
         while not stop.is_set():
             try:
-                conn, request = queued.get(timeout=ACCEPT_POLL_S)
+                conn, request = queued.get(timeout=LOOP_TICK_MS / 1000)
             except queue.Empty:
+                close_parked_qdrant(idle_s=KEEP_QDRANT_OPEN_S)
                 if time.monotonic() - counts["last"] >= idle_timeout_s and queued.empty():
                     break
                 continue
@@ -142,6 +147,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
             queued.get_nowait()[0].close()
         path.unlink(missing_ok=True)
         build_client.state_path(settings).unlink(missing_ok=True)
+        close_parked_qdrant()
         close_kept_neo4j_drivers()
         why = f"idle for {idle_timeout_s:g} s" if idle else "stopped"
         log(f"build server pid {os.getpid()} leaves ({why}) after {counts['builds']} build(s)")

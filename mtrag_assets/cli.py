@@ -88,8 +88,11 @@ def cmd_build(args) -> int:
     return 0
 
 
-# Tags every build run of this process carries besides the runner's (the build server adds its pid).
+# What a long-lived process that runs many builds (the build server) sets: tags every build run of
+# this process carries besides the runner's (its pid), and whether the embedded Qdrant stays open
+# (parked) after a build for the next one (closed when another process asks for its lock).
 BUILD_TAGS: dict[str, str] = {}
+KEEP_QDRANT_OPEN = False
 
 
 def _run_build_or_refusal(settings, specs, args, known_changes=None) -> dict:
@@ -102,7 +105,7 @@ def _run_build_or_refusal(settings, specs, args, known_changes=None) -> dict:
         return run_build(settings, specs, only=args.source or None, force=args.force,
                          accept_quality_drop=args.accept_quality_drop,
                          console_log_level="WARNING" if args.debug else "CRITICAL", changed=known_changes,
-                         extra_tags=BUILD_TAGS)
+                         extra_tags=BUILD_TAGS, keep_qdrant=KEEP_QDRANT_OPEN)
     except Exception as exc:  # noqa: BLE001 - re-raised unless mtrag refused something on purpose
         from mtrag_resources.core.errors import MtragError
         cause, seen = exc, set()

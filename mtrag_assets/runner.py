@@ -234,7 +234,7 @@ def build_session(settings: Settings, specs: list[SourceSpec], targets: list[str
     """What every build holds while it writes, batch or fast lane: each target source's lock, one
     embedded Qdrant open for all steps, the publish's dirty marker (removed when the block ends
     without an error). Yields the targets plus the sources whose stores lag behind their files.
-    `keep_qdrant`: leave the embedded Qdrant open for the process's next session (the watch)."""
+    `keep_qdrant`: leave the embedded Qdrant open for the process's next session (the watch, the build server)."""
     with ExitStack() as stack:
         for sid in targets:
             stack.enter_context(source_lock(settings, sid))
@@ -260,7 +260,7 @@ def build_session(settings: Settings, specs: list[SourceSpec], targets: list[str
 def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None,
               force: bool = False, log=print, accept_quality_drop: bool = False,
               console_log_level: str = "WARNING", extra_tags: dict | None = None,
-              changed: tuple[list[str], list[str]] | None = None) -> dict:
+              changed: tuple[list[str], list[str]] | None = None, keep_qdrant: bool = False) -> dict:
     """`accept_quality_drop`: the publishing run publishes even where the golden-query gate refuses
     the candidate (index_manifest's config; the manifest records it). `log` gets each stage's
     start and end (counts, seconds) and the embedding's progress; `console_log_level`: Dagster's
@@ -268,7 +268,8 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     `changed`: the caller's changed_sources answer (targets, removed) for these specs and this
     embedder, taken moments before (`mtrag build` asks before importing Dagster): not asked again,
     which scanned every source's folder a second time (0.25 s at django's size). A file that
-    changes in between is built by the next build, as one that changes during this one."""
+    changes in between is built by the next build, as one that changes during this one.
+    `keep_qdrant`: build_session's (the build server's next build finds the embedded Qdrant open)."""
     instance = dagster_instance(settings)
     sync_partitions(instance, specs)
     release_dead_runs(instance, log)
@@ -295,7 +296,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         print(f"mtrag: {why}; not built (the other sources are)", file=sys.stderr, flush=True)
     targets = [t for t in targets if t not in failed]
     buildable = [s for s in specs if s.id not in failed]
-    with build_session(settings, buildable, targets, log) as targets:
+    with build_session(settings, buildable, targets, log, keep_qdrant=keep_qdrant) as targets:
         defs = cli_definitions(resources)
 
         def run(sid: str | None, publish: bool) -> str:

@@ -6,6 +6,7 @@ SIGKILL in the middle of a build leaves the last generation served and the next 
 stop and the idle timeout end it and remove its socket and state file."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from mtrag_assets import build_client
 from mtrag_resources.core.config import Settings
+from mtrag_resources.stores.qdrant_folder import lock_path_for
 
 REPO = Path(__file__).resolve().parents[1]
 MTRAG = str(Path(sys.executable).with_name("mtrag"))
@@ -37,6 +39,17 @@ def files_of(symbol: str) -> set[str]:
 def server_pid() -> int:
     out = mtrag("build-server", "status", "--json")
     return json.loads(out.stdout)["pid"]
+
+
+def qdrant_lock_held(settings: Settings) -> bool:
+    """Whether a process holds the embedded Qdrant folder's writer lock (this one does not)."""
+    with open(lock_path_for(settings.qdrant_path), "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        return False
 
 
 def gone(pid: int, timeout: float = 60) -> bool:
@@ -93,6 +106,20 @@ def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanl
     status = json.loads(mtrag("status", "--json").stdout)
     assert status["generation"] == 2 and status["stale"] == []
 
+    # the server keeps the embedded Qdrant open from one build to the next, and closes it when
+    # another process's build waits for its lock; its next build opens it again
+    assert qdrant_lock_held(settings)
+    tax.write_text(tax.read_text() + '\n\ndef local_added(x):\n    return x\n')
+    local_change = mtrag("build", "--no-server")
+    assert local_change.returncode == 0, local_change.stdout + local_change.stderr
+    assert "published generation 3 " in local_change.stdout
+    assert files_of("shopcart.tax.local_added") == {"src/shopcart/tax.py"}
+    assert not qdrant_lock_held(settings)
+    tax.write_text(tax.read_text() + '\n\ndef server_again(x):\n    return x\n')
+    third = mtrag("build")
+    assert third.returncode == 0 and "published generation 4 " in third.stdout, third.stdout + third.stderr
+    assert files_of("shopcart.tax.server_again") == {"src/shopcart/tax.py"} and qdrant_lock_held(settings)
+
     # a refusal is relayed as it is given in process: one line, its exit code
     refused = mtrag("build", "--source", "nope")
     local_refused = mtrag("build", "--source", "nope", "--no-server")
@@ -111,10 +138,11 @@ def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanl
     assert {r.tags["mtrag/pid"] for r in runs} == {str(pid)} and any(r.tags["mtrag/publish"] == "true" for r in runs)
 
     shown = json.loads(mtrag("build-server", "status", "--json").stdout)
-    assert shown["running"] and shown["usable"] and shown["builds"] >= 3
+    assert shown["running"] and shown["usable"] and shown["builds"] >= 4
 
     stopped = mtrag("build-server", "stop")
     assert stopped.stdout.strip() == "build server: stopped" and gone(pid)
+    assert not qdrant_lock_held(settings)
     assert not build_client.socket_path(settings).exists() and not build_client.state_path(settings).exists()
     after = mtrag("build-server", "status")
     assert after.returncode == 1 and after.stdout.strip() == "build server: not running"
