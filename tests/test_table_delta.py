@@ -145,7 +145,7 @@ def test_warming_loads_the_memos_the_first_batch_reads(tmp_path):
     from mtrag_resources.core.models import GraphNode, GraphRelation
     from mtrag_resources.ingest import code_graph
     from mtrag_resources.ingest.sources import load_sources
-    from mtrag_resources.stages import cas_chunks
+    from mtrag_resources.stages import cas_chunks, common
     from mtrag_resources.stages.canonical_graph import build_canonical_graph
     from mtrag_resources.stages.raw_source import build_raw_source
     from mtrag_resources.stages.warm import warm_stage_memos
@@ -173,11 +173,20 @@ def test_warming_loads_the_memos_the_first_batch_reads(tmp_path):
     # the code graph's last resolution (its edges and their ids) and the graph tables' Arrow form
     assert code_graph._LAST_EDGES["shop"] and code_graph._LAST_IDS["shop"]
     assert {str(layout.nodes.resolve()), str(layout.relations.resolve())} <= set(tables._ARROW)
+    # the chunk table held as the file gives it, each chunk row's line of the generation's digest kept
+    assert str(layout.chunks.resolve()) in tables._ARROW
+    assert len(common._ROW_LINES["shop"]) == len(tables.read_shared(layout.chunks))
     # ... which the next build finds as they were: every edge reused, the table merged, not rewritten whole
     edges_before = dict(code_graph._LAST_EDGES["shop"])
     rows_before = tables.read_shared(layout.relations, GraphRelation)
     build_canonical_graph(settings, spec)
     assert all(code_graph._LAST_EDGES["shop"][k][3] is v[3] for k, v in edges_before.items())
+    # the tables' shared rows were the objects this assembly makes again: every unchanged row is
+    # found by identity, none compared field by field as an equal copy ("renewed") but the Source
+    # node, which each assembly makes anew
+    renewed = {t.stem: [row for _old, row in tables._CHANGES[str(t.resolve())][2].renewed]
+               for t in (layout.nodes, layout.relations)}
+    assert [n.label for n in renewed["nodes"]] == ["Source"] and renewed["relations"] == []
     assert tables.read_shared(layout.relations, GraphRelation) == rows_before
     parsed = cas_chunks.load_parsed_files(layout)
     assert parsed and all(a[1] is b[1] for a, b in zip(parsed, cas_chunks.load_parsed_files(layout)))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtrag_resources.stores.tables import _forget, read_rows, row_count, write_rows
+from mtrag_resources.stores.tables import _forget, adopt_rows, cached_rows, read_rows, read_shared, row_count, write_rows
 
 pytestmark = pytest.mark.unit
 
@@ -123,3 +123,20 @@ def test_rows_the_file_already_holds_are_not_written_again(tmp_path):
     pq.write_table(pq.read_table(path).slice(0, 1), path)  # another writer: the version changed
     write_rows(path, [Row(name="a", line=2), rows[1]], Row)
     assert [r.name for r in read_rows(path, Row)] == ["a", "b"]
+
+
+def test_rows_equal_to_the_file_s_are_adopted_as_its_shared_rows_and_others_are_not(tmp_path):
+    """adopt_rows: equal rows (the same rows built again) become what read_shared and cached_rows
+    give for the file's version, so a writer finds them by identity; rows that differ from the file
+    in any value, or in number, leave the file's own decoded rows in place."""
+    path = tmp_path / "nodes.parquet"
+    write_rows(path, [Row(name="a", line=1), Row(name="b", tags=["x"])], Row)
+    _forget(path)  # as a process that starts after the write: it decodes the file
+    decoded = read_shared(path, Row)
+    assert not adopt_rows(path, [Row(name="a", line=1), Row(name="b", tags=["y"])], Row)
+    assert not adopt_rows(path, [Row(name="a", line=1)], Row)
+    assert cached_rows(path, Row) is decoded
+    again = [Row(name="a", line=1), Row(name="b", tags=["x"])]
+    assert adopt_rows(path, again, Row)
+    assert read_shared(path, Row) is again and cached_rows(path, Row) is again
+    assert not adopt_rows(tmp_path / "missing.parquet", again, Row)

@@ -9,6 +9,8 @@ on the bench corpus: the first batch took 1.15 s against 0.62 s for the next one
 save-to-visible latency was the p95 of ten edits."""
 from __future__ import annotations
 
+from operator import attrgetter
+
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
@@ -17,8 +19,9 @@ from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.build_state import publishable_sources
 from mtrag_resources.stages.canonical_graph import assemble_graph
 from mtrag_resources.stages.cas_chunks import load_facts, load_parsed_files
+from mtrag_resources.stages.common import chunk_set_generation
 from mtrag_resources.stages.cross_source_links import compute_links, keep_link_resolutions
-from mtrag_resources.stores.tables import hold_arrow, read_shared, table_exists
+from mtrag_resources.stores.tables import adopt_rows, hold_arrow, hold_table, read_shared, read_table, table_exists
 
 
 def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[SourceSpec] | None = None) -> int:
@@ -32,7 +35,13 @@ def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[Sour
         layout = SourceLayout(settings, sid)
         parsed = load_parsed_files(layout)
         loaded += len(parsed) + len(load_facts(layout))
-        loaded += len(read_shared(layout.chunks))
+        chunks = read_shared(layout.chunks)
+        loaded += len(chunks)
+        if chunks:
+            # the chunk stage filters the table it holds for the unchanged files' rows, and digests
+            # each row once (its line kept by the row: django, 0.1 s and 0.05 s of a first batch)
+            hold_table(layout.chunks, read_table(layout.chunks))
+            chunk_set_generation(chunks, sid)
         for path, row_type in ((layout.nodes, GraphNode), (layout.relations, GraphRelation),
                                (layout.references, DocReference)):
             loaded += len(read_shared(path, row_type))
@@ -41,7 +50,12 @@ def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[Sour
         if sid in by_id and table_exists(layout.nodes):
             # The first batch would resolve every call, base and import with no edge to reuse, and
             # hash every edge's id (django: ~0.3 s more than the batches after it).
-            assemble_graph(by_id[sid], parsed)
+            nodes, relations, _references = assemble_graph(by_id[sid], parsed)
+            # The tables' rows become the ones the first batch assembles again for every unchanged
+            # file (the same objects), so its graph write and the links' index compare them by
+            # identity, not field by field (django: ~0.2 s and ~0.1 s of a first batch).
+            adopt_rows(layout.nodes, sorted(nodes, key=attrgetter("node_id")), GraphNode)
+            adopt_rows(layout.relations, sorted(relations, key=attrgetter("rel_id")), GraphRelation)
     if specs:
         # The first links stage would resolve every reference with no memo to keep them from
         # (django, the first build of a build server: 1.5 s of links against ~0.3 s after it)

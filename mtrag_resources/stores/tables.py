@@ -366,6 +366,18 @@ def read_shared(path: Path, row_type: type[T] | None = None) -> list:
     return _decoded(Path(path), row_type) or []
 
 
+def adopt_rows(path: Path, rows: list, row_type: type[T]) -> bool:
+    """Make `rows`, equal row for row to what the table holds (its rows built again from their
+    inputs), the table's shared decoded rows (read_shared, cached_rows), so that a later
+    write_rows_changed of mostly the same objects finds the unchanged ones by identity, as after
+    its own write. Nothing where they differ from the file's rows; returns whether adopted."""
+    held = read_shared(path, row_type)
+    if not held or len(held) != len(rows) or held != rows:
+        return False
+    _remember(Path(path), rows, row_type)
+    return True
+
+
 def cached_rows(path: Path, row_type: type[T] | None = None) -> list | None:
     """read_shared's rows when this process holds them decoded already (it wrote or read the file),
     else None: nothing is read."""
