@@ -465,15 +465,18 @@ def test_publishes_dying_before_current_never_prune_the_published_qdrant_copy(tm
     die after the copy but before CURRENT moves (kill -9, a full disk) must not push out the copy
     CURRENT names, or the next reader to start could not open generation N."""
     from mtrag_resources.publish.manifest import publish
-    from mtrag_resources.stages.index_manifest import KEEP_QDRANT_SNAPSHOTS, snapshot_qdrant
+    from mtrag_resources.stages.index_manifest import KEEP_QDRANT_SNAPSHOTS, prune_snapshots, snapshot_qdrant
     from mtrag_resources.stores.connect import open_qdrant
     s = Settings(home=tmp_path / "home").ensure()
     with open_qdrant(s) as q:
         q.write_source("src", "code", "g1", [{"chunk_id": "c1", "vector": [1.0, 0.0, 0.0, 0.0], "payload": {}}])
     published = snapshot_qdrant(s, {})
     publish(s.manifest_dir, {"generation": 1, "sources": {}, "stores": {"qdrant_snapshot": published}})
-    for n in range(2, KEEP_QDRANT_SNAPSHOTS + 3):  # copies of publishes that never reached CURRENT
-        snapshot_qdrant(s, {})
+    for n in range(2, KEEP_QDRANT_SNAPSHOTS + 3):  # copies of publishes that never reached CURRENT:
+        made = snapshot_qdrant(s, {})  # killed right after the copy (no prune), or failed after it
+        if n % 2:  # (the stage prunes on its way out, the published version protected)
+            prune_snapshots(s, made, published)
+    prune_snapshots(s, snapshot_qdrant(s, {}), published)
     assert Path(published).is_dir()
     versions = sorted(s.manifest_dir.glob("qdrant-published.v-*"))
     assert len(versions) == KEEP_QDRANT_SNAPSHOTS + 1  # the newest few, plus the published one

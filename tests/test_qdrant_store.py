@@ -14,7 +14,8 @@ import pytest
 from mtrag_resources.core.models import stable_id
 from mtrag_resources.stores.qdrant_store import CollectionDimMismatch, QdrantStore, collection_name, point_id
 from mtrag_resources.stores.qdrant_folder import (DISK_RESERVE_ENV, ENGINE_ENV, ENGINES, QdrantDiskFull, QdrantEngineMismatch,
-                                                  QdrantStoreLocked, folder_engine, link_for_reader, publish_version)
+                                                  QdrantStoreLocked, folder_engine, link_for_reader, prune_versions,
+                                                  publish_version)
 
 pytestmark = pytest.mark.unit  # embedded Qdrant folders in tmp_path: no service, no model
 
@@ -280,6 +281,30 @@ def test_publish_version_publishes_a_readable_copy(tmp_path: Path, engine: str) 
     assert len(versions) == 2  # keep=2
     assert published.resolve().name == versions[-1]
     assert not any(p.name.endswith(".tmp") for p in published.parent.iterdir())
+
+
+def test_a_publish_that_leaves_pruning_to_its_caller_keeps_every_version_until_it_prunes(tmp_path: Path,
+                                                                                          engine: str) -> None:
+    """publish_version(prune=False), as a build publishes before its manifest names the version:
+    nothing is removed until prune_versions, which keeps the newest `keep` and the protected one."""
+    live = tmp_path / "live"
+    published = tmp_path / "pub" / "qdrant"
+
+    def versions() -> list[str]:
+        return sorted(p.name for p in published.parent.iterdir() if ".v-" in p.name and p.is_dir())
+
+    with QdrantStore(path=live) as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 3))
+        first = s.publish_snapshot(published, keep=2, prune=False).version
+        for i in range(3):
+            s.write_source("src-a", "code", f"g{i + 2}", make_points("src-a", 4 + i))
+            s.publish_snapshot(published, keep=2, prune=False)
+    assert len(versions()) == 4 and published.resolve().name == versions()[-1]
+    assert prune_versions(published, keep=2, protect=[first]) == 1
+    assert versions() == sorted([first.name, *versions()[-2:]])
+    with QdrantStore(path=published, lock_timeout=1) as reader:  # the newest, whole
+        assert reader.count("code", "src-a") == 6 and reader.marker("src-a").generation == "g4"
+    assert prune_versions(published, keep=2) == 1 and len(versions()) == 2
 
 
 def test_opening_the_same_folder_twice_in_one_process_fails_fast(store: QdrantStore) -> None:

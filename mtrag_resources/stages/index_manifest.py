@@ -20,6 +20,7 @@ from mtrag_resources.embedding.embedder import Embedder
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder, collection_kind
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_qdrant
+from mtrag_resources.stores.qdrant_folder import prune_versions
 from mtrag_resources.stores.tables import row_count, value_counts
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.versions import CODE_VERSIONS
@@ -42,15 +43,21 @@ def snapshot_qdrant(settings: Settings, meta: dict) -> str | None:
     the previous version; what it cost goes into `meta`). A server needs no copy."""
     if settings.qdrant_url:
         return None
-    # The copy CURRENT names stays whatever happens to this publish (a crash or a full disk before
-    # CURRENT moves, again and again): a reader started later still finds it.
-    published = (manifests.load_current(settings.manifest_dir) or {}).get("stores", {}).get("qdrant_snapshot")
+    # Older versions are pruned once the manifest names this one (prune_snapshots), off the
+    # publish's path; the one CURRENT names stays whatever happens to this publish meanwhile.
     with open_qdrant(settings) as store:  # holds the writer lock: no build writes during the copy
-        stats = store.publish_snapshot(settings.qdrant_published_dir, keep=KEEP_QDRANT_SNAPSHOTS,
-                                       protect=[published] if published else [])
+        stats = store.publish_snapshot(settings.qdrant_published_dir, keep=KEEP_QDRANT_SNAPSHOTS, prune=False)
     meta.update(stats.as_metadata())
     # The manifest names the versioned folder, so generation N is always read from N's version.
     return os.path.realpath(stats.version)
+
+
+def prune_snapshots(settings: Settings, *published: str | None) -> int:
+    """The published Qdrant versions but the newest KEEP_QDRANT_SNAPSHOTS and `published` (the one
+    the new manifest names and the one before it, which a reader may be opening) removed."""
+    if settings.qdrant_url:
+        return 0
+    return prune_versions(settings.qdrant_published_dir, KEEP_QDRANT_SNAPSHOTS, [p for p in published if p])
 
 
 GoldenEvaluator = Callable[[Settings, GoldenFile, dict], dict]
@@ -115,60 +122,67 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
         if evaluate_golden is None:
             raise PublishError(f"{golden.path} holds golden queries but this caller passed no evaluator "
                                "(evaluate_golden); refusing to publish around the quality gate")
-    with timed(meta, "seconds"):
-        views, extra_markers, locations = gather_views(settings, specs, removed)
-        # With a multilingual embedder configured, every CJK child needs its multilingual point and
-        # vector (the gate checks both); the manifest records it only where CJK text is.
-        ml_id = multilingual.fingerprint_id if multilingual is not None else None
-        if multilingual is None:
-            for view in views.values():
-                view.qdrant_ml_points = None  # not built with one: nothing to count
-        uses_ml = multilingual is not None and any(views[s.id].qdrant_ml_points for s in specs)
-        outcomes = [o for spec in specs for o in
-                    check_source(settings, spec, views[spec.id], embedder.fingerprint_id, embedder.dim, ml_id)]
-        failures = [o for o in outcomes if not o.passed]
-        if failures:
-            raise PublishRefused(failures)
-        number = manifests.latest_number(settings.manifest_dir) + 1
-        publish_cost: dict = {}
-        snapshot = snapshot_qdrant(settings, publish_cost)
-        sources = {}
-        for spec in specs:
-            layout = SourceLayout(settings, spec.id)
-            roles = _role_counts(layout.chunks)
-            inv = load_inventory(layout)
-            gen = read_state(layout)["generation"]
-            sources[spec.id] = {
-                "kind": spec.kind,
-                "snapshot_digest": inv.digest if inv else "",
-                "commit": inv.commit if inv else "",
-                # A git source: the snapshot's commit, its ref and repository (every hit of it names them).
-                **({"commit_sha": inv.commit, "ref": inv.ref, "repository": inv.repository} if inv and inv.ref else {}),
-                "chunk_generation": gen,
-                "counts": {"chunks": sum(roles.values()), "children": roles.get("child", 0),
-                           "parents": roles.get("parent", 0), "files": len(inv.included) if inv else 0},
-                "stores": {name: {"generation": m.generation, "state": m.state}
-                           for name, m in views[spec.id].markers.items()},
+    snapshot = None
+    try:
+        with timed(meta, "seconds"):
+            views, extra_markers, locations = gather_views(settings, specs, removed)
+            # With a multilingual embedder configured, every CJK child needs its multilingual point and
+            # vector (the gate checks both); the manifest records it only where CJK text is.
+            ml_id = multilingual.fingerprint_id if multilingual is not None else None
+            if multilingual is None:
+                for view in views.values():
+                    view.qdrant_ml_points = None  # not built with one: nothing to count
+            uses_ml = multilingual is not None and any(views[s.id].qdrant_ml_points for s in specs)
+            outcomes = [o for spec in specs for o in
+                        check_source(settings, spec, views[spec.id], embedder.fingerprint_id, embedder.dim, ml_id)]
+            failures = [o for o in outcomes if not o.passed]
+            if failures:
+                raise PublishRefused(failures)
+            number = manifests.latest_number(settings.manifest_dir) + 1
+            publish_cost: dict = {}
+            snapshot = snapshot_qdrant(settings, publish_cost)
+            sources = {}
+            for spec in specs:
+                layout = SourceLayout(settings, spec.id)
+                roles = _role_counts(layout.chunks)
+                inv = load_inventory(layout)
+                gen = read_state(layout)["generation"]
+                sources[spec.id] = {
+                    "kind": spec.kind,
+                    "snapshot_digest": inv.digest if inv else "",
+                    "commit": inv.commit if inv else "",
+                    # A git source: the snapshot's commit, its ref and repository (every hit of it names them).
+                    **({"commit_sha": inv.commit, "ref": inv.ref, "repository": inv.repository}
+                       if inv and inv.ref else {}),
+                    "chunk_generation": gen,
+                    "counts": {"chunks": sum(roles.values()), "children": roles.get("child", 0),
+                               "parents": roles.get("parent", 0), "files": len(inv.included) if inv else 0},
+                    "stores": {name: {"generation": m.generation, "state": m.state}
+                               for name, m in views[spec.id].markers.items()},
+                }
+            links_marker = extra_markers["links"]
+            manifest = {
+                "generation": number,
+                "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+                "run_id": run_id,
+                "embedder": {**embedder.fingerprint, "fingerprint_id": embedder.fingerprint_id},
+                **({"multilingual": {**multilingual.fingerprint, "fingerprint_id": ml_id}} if uses_ml else {}),
+                "code_versions": CODE_VERSIONS,
+                "sources": sources,
+                "links": {"generation": links_marker.generation if links_marker else "",
+                          "state": links_marker.state if links_marker else "none",
+                          "count": row_count(settings.links_table)},
+                "stores": {**locations, "qdrant_snapshot": snapshot, "qdrant_collections": {
+                    k: f"mtrag_{k}" for spec in specs
+                    for k in ((spec.kind, collection_kind(spec.kind)) if uses_ml else (spec.kind,))}},
             }
-        links_marker = extra_markers["links"]
-        manifest = {
-            "generation": number,
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-            "run_id": run_id,
-            "embedder": {**embedder.fingerprint, "fingerprint_id": embedder.fingerprint_id},
-            **({"multilingual": {**multilingual.fingerprint, "fingerprint_id": ml_id}} if uses_ml else {}),
-            "code_versions": CODE_VERSIONS,
-            "sources": sources,
-            "links": {"generation": links_marker.generation if links_marker else "",
-                      "state": links_marker.state if links_marker else "none",
-                      "count": row_count(settings.links_table)},
-            "stores": {**locations, "qdrant_snapshot": snapshot, "qdrant_collections": {
-                k: f"mtrag_{k}" for spec in specs
-                for k in ((spec.kind, collection_kind(spec.kind)) if uses_ml else (spec.kind,))}},
-        }
-        verdict = golden_gate(settings, golden, evaluate_golden, manifest, previous, accept_quality_drop, run_id, meta)
-        path = manifests.publish(settings.manifest_dir, manifest)
-        clear_refusal(settings.quality_refusal)
+            verdict = golden_gate(settings, golden, evaluate_golden, manifest, previous, accept_quality_drop,
+                                  run_id, meta)
+            path = manifests.publish(settings.manifest_dir, manifest)
+            clear_refusal(settings.quality_refusal)
+    finally:  # refused or failed too: the versions do not pile up
+        if snapshot is not None:
+            prune_snapshots(settings, snapshot, ((previous or {}).get("stores") or {}).get("qdrant_snapshot"))
     if verdict is not None:
         meta.update(golden_figures(verdict))
     else:

@@ -537,7 +537,7 @@ def published_version(dst: Path | str) -> Path | None:
 
 def publish_version(src_path: Path | str, dst_path: Path | str, *, lock: bool = True,
                     lock_timeout: float = 300, keep: int = 2,
-                    protect: Iterable[Path | str] = ()) -> PublishStats:
+                    protect: Iterable[Path | str] = (), prune: bool = True) -> PublishStats:
     """Publish a read-only version of an embedded Qdrant folder that readers open while builds
     keep writing to `src_path`, at the cost of what changed since the last version.
 
@@ -547,7 +547,9 @@ def publish_version(src_path: Path | str, dst_path: Path | str, *, lock: bool = 
     or the new one, never a missing or half-made folder. The newest `keep` versions stay (and any
     named in `protect`); older ones are removed (removing a version unlinks only its own names).
     With `lock` (the default) the source's `<src>.mtrag.lock` is held while the version is made;
-    pass lock=False when the caller already holds it (`QdrantStore.publish_snapshot`).
+    pass lock=False when the caller already holds it (`QdrantStore.publish_snapshot`). prune=False
+    leaves the older versions to the caller's prune_versions (a build prunes once its manifest names
+    the new version: removing one is ~200 unlinks, none of them a reader's wait).
     """
     src = Path(src_path).resolve()
     dst = Path(dst_path).absolute()
@@ -575,15 +577,26 @@ def publish_version(src_path: Path | str, dst_path: Path | str, *, lock: bool = 
         os.rename(dst, dst.parent / f"{dst.name}.v-{0:020d}-{uuid.uuid4().hex[:8]}")
     os.replace(link_tmp, dst)
 
-    versions = sorted(p for p in dst.parent.glob(f"{dst.name}.v-*") if p.is_dir())
-    keep_also = {os.path.realpath(p) for p in protect}
-    for old in versions[:-max(1, keep)]:
-        if old != version and os.path.realpath(old) not in keep_also:
-            shutil.rmtree(old, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                lock_path_for(old).unlink()
+    if prune:
+        prune_versions(dst, keep, [*protect, version])
     # a publish killed before its rename leaves a hidden temporary folder: nothing names it
     for stale in dst.parent.glob(f".{dst.name}.v-*.tmp"):
         if stale != tmp:
             shutil.rmtree(stale, ignore_errors=True)
     return stats
+
+
+def prune_versions(dst_path: Path | str, keep: int, protect: Iterable[Path | str] = ()) -> int:
+    """Remove the published versions behind `dst_path` but the newest `keep` and those named in
+    `protect`; returns how many went (removing a version unlinks only its own names)."""
+    dst = Path(dst_path).absolute()
+    versions = sorted(p for p in dst.parent.glob(f"{dst.name}.v-*") if p.is_dir())
+    keep_also = {os.path.realpath(p) for p in protect}
+    removed = 0
+    for old in versions[:-max(1, keep)]:
+        if os.path.realpath(old) not in keep_also:
+            shutil.rmtree(old, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                lock_path_for(old).unlink()
+            removed += 1
+    return removed

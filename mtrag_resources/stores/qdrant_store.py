@@ -648,10 +648,12 @@ class QdrantStore:
         return int(self.client.count(name, count_filter=flt, exact=True).count)
 
     # -- publishing ---------------------------------------------------------------------------
-    def publish_snapshot(self, dst: Path | str, keep: int = 2, protect: Iterable[Path | str] = ()) -> PublishStats:
+    def publish_snapshot(self, dst: Path | str, keep: int = 2, protect: Iterable[Path | str] = (),
+                         prune: bool = True) -> PublishStats:
         """Publish this embedded store (whose lock we hold) as a new version behind the `dst` link
         for readers, sharing unchanged files with the previous version; versions named in
-        `protect` (the one the published manifest names) are never pruned."""
+        `protect` (the one the published manifest names) are never pruned. prune=False: the
+        caller prunes (qdrant_folder.prune_versions)."""
         if self.path is None:
             raise QdrantStoreError("publish_snapshot needs an embedded store; a server serves "
                                    "readers directly")
@@ -661,6 +663,6 @@ class QdrantStore:
             for c in self.client.get_collections().collections:
                 self.client.optimize(c.name)
         self.checkpoint()  # Edge: flushed segments, so the copy needs no WAL replay to be whole
-        return publish_version(self.path, dst, lock=False, keep=keep, protect=protect)
+        return publish_version(self.path, dst, lock=False, keep=keep, protect=protect, prune=prune)
 
 
