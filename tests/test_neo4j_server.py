@@ -5,11 +5,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from mtrag_resources.core.config import Settings
+from mtrag_resources.stores import neo4j_server
 from mtrag_resources.stores.neo4j_server import (
     CACHE_MARKER,
     Neo4jServer,
@@ -88,6 +90,42 @@ def test_stale_pid_file_is_ignored(tmp_path):
     assert server.status() == {"running": False, "uri": None}
     assert server.stop() is False  # must not signal the test process
     assert not server.pid_file.exists()
+
+
+@pytest.mark.unit
+def test_a_found_server_is_taken_while_its_pid_file_and_process_stay(tmp_path, monkeypatch):
+    """neo4j_connection's memo: the full check (the process's command line) runs once; later calls
+    take the URI while the same pid file names a live process, and check fully again after a
+    restart (a new pid file), a stop (none) or the process's end."""
+    monkeypatch.delenv("NEO4J_URI", raising=False)
+    settings = Settings(home=tmp_path)
+    server = Neo4jServer(settings)
+    (server.home / "run").mkdir(parents=True)
+    server.pid_file.write_text(f"{os.getpid()}\n")
+    server.uri_file.write_text("bolt://127.0.0.1:7999\n")
+    checks = []
+    alive = {"pid": os.getpid()}
+
+    def full_check(self):  # Neo4jServer._pid's answer for a server of this home
+        checks.append(1)
+        return alive["pid"]
+
+    monkeypatch.setattr(Neo4jServer, "_pid", full_check)
+    assert neo4j_connection(settings) == ("bolt://127.0.0.1:7999", None, None) and len(checks) == 1
+    assert neo4j_connection(settings) == ("bolt://127.0.0.1:7999", None, None) and len(checks) == 1
+    time.sleep(0.01)
+    server.pid_file.write_text(f"{os.getpid()}\n")  # a restart writes the pid file again
+    server.uri_file.write_text("bolt://127.0.0.1:7998\n")
+    assert neo4j_connection(settings) == ("bolt://127.0.0.1:7998", None, None) and len(checks) == 2
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    neo4j_server._RUNNING[str(server.home)] = (neo4j_server._pid_file_identity(server), dead.pid, "bolt://gone:1")
+    assert neo4j_connection(settings)[0] == "bolt://127.0.0.1:7998" and len(checks) == 3  # ended: checked
+    server.pid_file.unlink()  # stopped
+    alive["pid"] = None
+    with pytest.raises(Neo4jServerError, match="not running"):
+        neo4j_connection(settings)
+    assert len(checks) == 4 and str(server.home) not in neo4j_server._RUNNING
 
 
 @pytest.mark.unit
