@@ -3,6 +3,8 @@ gets the single-file table's rows in its order, two versions compare by their di
 crashed write leaves the last version readable."""
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -75,6 +77,30 @@ def test_a_one_file_change_writes_one_part(tmp_path):
     assert read_rows(path) == _chunks(changed).to_pylist()
     # the same content again writes nothing
     assert write_table(path, _chunks(changed), bucketing=BY_FILE)["written"] == 0
+
+
+def test_a_snapshot_links_the_version_s_parts_and_drops_the_others(tmp_path):
+    """link_version: the snapshot folder holds exactly the current manifest's parts, as hard links
+    of the table's own files (the unchanged ones kept, the new one linked, the replaced one gone),
+    and reads as the table; a crashed write's temporary part goes once it is old, not before."""
+    path, snap = tmp_path / "chunks", tmp_path / "projected" / "chunks"
+    write_table(path, _chunks(FILES), bucketing=BY_FILE)
+    bucketed.link_version(path, snap)
+    first = {p.name: p.stat().st_ino for p in bucketed.part_files(snap)}
+    changed = dict(FILES, **{"pkg/mod07.py": 9})
+    write_table(path, _chunks(changed), bucketing=BY_FILE)
+    old_tmp, new_tmp = snap / ".tmp-old.part", snap / ".tmp-new.part"
+    old_tmp.write_bytes(b"x")
+    new_tmp.write_bytes(b"x")
+    os.utime(old_tmp, (time.time() - 120,) * 2)
+    bucketed.link_version(path, snap)
+    names = sorted(p.name for p in snap.glob("part-*.parquet"))
+    assert names == sorted(p.name for p in bucketed.part_files(path))
+    assert all((snap / n).stat().st_ino == (path / n).stat().st_ino for n in names)  # links, not copies
+    kept = set(first) & set(names)
+    assert len(kept) == 7 and all(first[n] == (snap / n).stat().st_ino for n in kept)
+    assert read_rows(snap) == _chunks(changed).to_pylist()
+    assert not old_tmp.exists() and new_tmp.exists()
 
 
 def test_an_empty_table_keeps_its_schema(tmp_path):
