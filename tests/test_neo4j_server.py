@@ -117,10 +117,14 @@ def test_a_found_server_is_taken_while_its_pid_file_and_process_stay(tmp_path, m
     server.pid_file.write_text(f"{os.getpid()}\n")  # a restart writes the pid file again
     server.uri_file.write_text("bolt://127.0.0.1:7998\n")
     assert neo4j_connection(settings) == ("bolt://127.0.0.1:7998", None, None) and len(checks) == 2
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    neo4j_server._RUNNING[str(server.home)] = (neo4j_server._pid_file_identity(server), dead.pid, "bolt://gone:1")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])  # a child that ends: a zombie until reaped
+    for _ in range(200):
+        if not neo4j_server._alive(ended.pid):
+            break
+        time.sleep(0.05)
+    neo4j_server._RUNNING[str(server.home)] = (neo4j_server._pid_file_identity(server), ended.pid, "bolt://gone:1")
     assert neo4j_connection(settings)[0] == "bolt://127.0.0.1:7998" and len(checks) == 3  # ended: checked
+    ended.wait()
     server.pid_file.unlink()  # stopped
     alive["pid"] = None
     with pytest.raises(Neo4jServerError, match="not running"):

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtrag_resources.stores.tables import _forget, adopt_rows, cached_rows, read_rows, read_shared, row_count, write_rows
+from mtrag_resources.stores.tables import (_forget, adopt_rows, cached_rows, read_rows, read_shared, row_count,
+                                           write_rows)
 
 pytestmark = pytest.mark.unit
 

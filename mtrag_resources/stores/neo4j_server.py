@@ -484,7 +484,7 @@ def launch_local_server(settings: Settings) -> None:
 
 # Per home, the local server this process last found running: (its pid file's identity, pid, Bolt
 # URI). While the same pid file names a live process, a connection takes the URI without reading
-# the process's status and command line again: a long-lived process (the watch) opens Neo4j six
+# the process's command line again (its state alone): a long-lived process (the watch) opens Neo4j six
 # times a batch, and each of the ~10 reads, in a thread beside a busy one, waited up to 5 ms for the
 # GIL (django: ~45 ms a batch, ~2.5 ms of it CPU). A restart writes a new pid file; a stop removes it.
 _RUNNING: dict[str, tuple[tuple, int, str]] = {}
@@ -506,16 +506,22 @@ def _still_running(server: "Neo4jServer") -> str | None:
         found = _RUNNING.get(key)
     if found is None:
         return None
-    try:
-        os.kill(found[1], 0)
-        same = _pid_file_identity(server) == found[0]
-    except OSError:  # gone (or another user's process now): look again
-        same = False
+    same = _alive(found[1]) and _pid_file_identity(server) == found[0]
     if not same:
         with _RUNNING_LOCK:
             _RUNNING.pop(key, None)
         return None
     return found[2]
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a running process: not gone, not a zombie (a server this process launched
+    and that died answers kill(pid, 0) until it is reaped). False where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _found_running(server: "Neo4jServer") -> str | None:
