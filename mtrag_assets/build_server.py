@@ -30,7 +30,7 @@ from mtrag_resources.stores.tables import table_exists
 from mtrag_assets import build_client
 from mtrag_assets.watch import KEEP_QDRANT_OPEN_S, LOOP_TICK_MS
 
-ACCEPT_POLL_S = 0.5  # how often the accept loop looks at the stop flag and the idle clock
+ACCEPT_POLL_S = 0.5  # how often the accept thread looks at the stop flag (the build loop: every LOOP_TICK_MS)
 REQUEST_TIMEOUT_S = 10.0  # a client has this long to send its request line
 
 
