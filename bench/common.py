@@ -20,8 +20,10 @@ def fetch_sdist(requirement: str, into: Path) -> Path:
 def mtrag_env(home: Path, sources: Path, **extra) -> dict:
     env = dict(os.environ)
     home, sources = Path(home).resolve(), Path(sources).resolve()  # Dagster refuses a relative DAGSTER_HOME
+    # MTRAG_BUILD_SERVER=use: a bench's `mtrag build` uses a build server where the bench starts one
+    # (build_server.py, build.py's server_* keys) and leaves none behind of its own.
     env.update({"MTRAG_HOME": str(home), "MTRAG_SOURCES": str(sources), "DAGSTER_HOME": str(home / "dagster_home"),
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"})
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "MTRAG_BUILD_SERVER": "use"})
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

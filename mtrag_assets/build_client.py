@@ -8,8 +8,11 @@ memos, stages/warm.py), a Neo4j driver. `mtrag build` finds it by its Unix socke
 command line; the server runs the very same command (`cli.main`: the same Dagster runs, recorded
 in the same instance, the same gate) and streams its output and exit code back. Where no server
 runs, or one runs another code tree or other settings (server_key), the build runs in the calling
-process as before. Like Gradle's daemon or dmypy, it is opt-in and leaves by itself after an idle
-timeout.
+process as before. Like Gradle's daemon and Bazel's server, `mtrag build` starts one by itself
+(MTRAG_BUILD_SERVER=auto, the default): after a build in its own process it leaves a server
+warming up in the background for the next build, which leaves by itself after AUTO_IDLE_TIMEOUT_S
+without a build, or when its home is deleted. `use` only uses a running one, `off` (or `mtrag
+build --no-server`) never.
 
 Wire format: one JSON object per line each way. The client sends {"op": "build", "key", "argv",
 "cwd"}, {"op": "ping"} or {"op": "stop"}; to a build the server answers {"accepted": pid} or
@@ -31,12 +34,16 @@ from pathlib import Path
 
 from mtrag_resources.core.config import ENVIRONMENT, Settings, env
 from mtrag_resources.core.errors import MtragError
-from mtrag_resources.core.processes import alive
+from mtrag_resources.core.atomic import write_text_atomic
+from mtrag_resources.core.processes import alive, proc_start
 
 DEFAULT_IDLE_TIMEOUT_S = 1800
+AUTO_IDLE_TIMEOUT_S = 900  # a server nobody asked for by name leaves sooner
+MODES = ("auto", "use", "off")
 READY_TIMEOUT_S = 600  # a first start resolves Neo4j's jars and exports the ONNX model
 WAIT_NOTICE_S = 1.0  # no answer to a build request this long: the server is running another build
 _PACKAGES = ("mtrag_assets", "mtrag_resources")
+_NOT_IN_KEY = ("MTRAG_BUILD_SERVER",)  # whether a client uses a server, not what a build does
 _REPO = Path(__file__).resolve().parents[1]
 
 
@@ -52,8 +59,28 @@ def state_path(settings: Settings) -> Path:
     return settings.home / "build-server.json"
 
 
+def spawned_path(settings: Settings) -> Path:
+    """{pid, proc_start} of a server `mtrag build` spawned that has not taken the lock yet (its
+    imports take a second or two): a build meanwhile waits for it rather than building beside it."""
+    return settings.home / "build-server.spawned"
+
+
 def log_path(settings: Settings) -> Path:
     return settings.home / "build-server.log"
+
+
+def lock_path(settings: Settings) -> Path:
+    """The server's single-instance lock; the server leaves once this file is gone or replaced
+    (its home deleted, or wiped and made again)."""
+    return settings.home / "build-server.lock"
+
+
+def mode() -> str:
+    """MTRAG_BUILD_SERVER: auto (use a running server, start one after a build without), use, off."""
+    value = env("MTRAG_BUILD_SERVER", "auto").strip().lower()
+    if value not in MODES:
+        raise MtragError(f"MTRAG_BUILD_SERVER={value!r}: expected one of {', '.join(MODES)}")
+    return value
 
 
 def code_digest() -> str:
@@ -71,7 +98,7 @@ def server_key(settings: Settings) -> str:
     """What a build depends on besides the sources' files: the code, the home's paths (resolved
     here, so a relative MTRAG_HOME means the same folder to both) and every variable mtrag reads
     (config.ENVIRONMENT). A client uses a server only when the keys are equal."""
-    values = {name: env(name) for name in sorted(ENVIRONMENT)}
+    values = {name: env(name) for name in sorted(ENVIRONMENT) if name not in _NOT_IN_KEY}
     values.update(home=str(settings.home), sources=str(settings.sources_file),
                   dagster_home=str(settings.dagster_home), code=code_digest())
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:24]
@@ -133,8 +160,13 @@ def _until_reset(messages):
 def build_through_server(settings: Settings, argv: list[str]) -> int | None:
     """Run `mtrag build <argv>` in the home's build server, its output printed here as it comes;
     the exit code, or None where no server for these settings and this code answers (the caller
-    builds in its own process). Interrupting the client does not stop the build the server runs."""
+    builds in its own process). A server still warming up is waited for (a build beside its
+    warm-up would wait for the stores it opens anyway). Interrupting the client does not stop the
+    build the server runs."""
     conn = _connect(settings, timeout=None)
+    if conn is None and _starting_pid(settings):
+        print("(the build server is warming up; this build waits for it)", flush=True)
+        conn = _wait_for_socket(settings, READY_TIMEOUT_S)
     if conn is None:
         return None
     try:
@@ -171,11 +203,36 @@ def build_through_server(settings: Settings, argv: list[str]) -> int | None:
         conn.close()
 
 
-def _state(settings: Settings) -> dict:
+def _state(settings: Settings, path: Path | None = None) -> dict:
     try:
-        return json.loads(state_path(settings).read_text())
+        return json.loads((path or state_path(settings)).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _starting_pid(settings: Settings) -> int | None:
+    """The pid of a server of this home that does not answer yet: spawned and still importing, or
+    holding the lock and warming up."""
+    state = _state(settings)
+    if state.get("state") != "starting":
+        state = _state(settings, spawned_path(settings))
+    pid = int(state.get("pid") or 0)
+    if pid and alive(pid, state.get("proc_start", "")):
+        return pid
+    return None
+
+
+def _wait_for_socket(settings: Settings, timeout: float) -> socket.socket | None:
+    """A connection to the server once it answers; None if it leaves (or takes `timeout`) first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        conn = _connect(settings, timeout=None)
+        if conn is not None:
+            return conn
+        if not _starting_pid(settings):
+            return _connect(settings, timeout=None)  # it may have become ready just now
+        time.sleep(0.1)
+    return None
 
 
 def status(settings: Settings) -> dict:
@@ -196,28 +253,56 @@ def start(settings: Settings, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     now = status(settings)
     if now["running"]:
         return {**now, "started": False}
-    log = log_path(settings)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "build-server", "run",
-                                 "--idle-timeout", str(idle_timeout_s)],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=os.getcwd())
+    proc = None if _starting_pid(settings) else _spawn(settings, idle_timeout_s)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         now = status(settings)
         if now["running"]:
-            return {**now, "started": True, "ready_s": round(time.monotonic() - t0, 1)}
-        if proc.poll() is not None:
+            return {**now, "started": proc is not None, "ready_s": round(time.monotonic() - t0, 1)}
+        if proc is None:
+            if not _starting_pid(settings):  # the one that was warming up left
+                proc = _spawn(settings, idle_timeout_s)
+        elif proc.poll() is not None:
             now = status(settings)
             if now["running"]:  # another start's server won the home's lock
                 return {**now, "started": False}
+            if _starting_pid(settings):  # another start's server won the lock and warms up
+                proc = None
+                continue
+            log = log_path(settings)
             tail = log.read_text(errors="replace").strip().splitlines()[-3:]
             raise MtragError(f"the build server exited with code {proc.returncode} before it was ready "
                              f"(see {log}): {' | '.join(tail)}")
         time.sleep(0.2)
-    proc.terminate()
-    raise MtragError(f"the build server was not ready after {timeout:.0f} s (see {log}); stopped it")
+    if proc is not None:
+        proc.terminate()
+    raise MtragError(f"the build server was not ready after {timeout:.0f} s (see {log_path(settings)}); "
+                     "stopped it")
+
+
+def start_in_background(settings: Settings) -> int | None:
+    """After a build in its own process (MTRAG_BUILD_SERVER=auto): start the home's server for the
+    next build without waiting for its warm-up; its pid, or None where one runs or warms up."""
+    if _starting_pid(settings):
+        return None
+    conn = _connect(settings)
+    if conn is not None:
+        conn.close()
+        return None
+    pid = _spawn(settings, AUTO_IDLE_TIMEOUT_S).pid
+    write_text_atomic(spawned_path(settings), json.dumps({"pid": pid, "proc_start": proc_start(pid)}))
+    return pid
+
+
+def _spawn(settings: Settings, idle_timeout_s: float) -> subprocess.Popen:
+    """`mtrag build-server run` in its own session, its output appended to build-server.log."""
+    log = log_path(settings)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "build-server", "run",
+                                 "--idle-timeout", str(idle_timeout_s)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=os.getcwd())
 
 
 def stop(settings: Settings, timeout: float = 120.0) -> dict:

@@ -6,7 +6,8 @@ through the server is the same Dagster runs, gate and output as one without.
 Runs carry this process's pid in their tags: a server killed mid-build leaves runs that the next
 build marks failed (runner.release_dead_runs) and markers it converges, as for a killed `mtrag
 build`. SIGTERM / SIGINT and `mtrag build-server stop` end it between builds; so does the idle
-timeout."""
+timeout, and so does the deletion of its home (the lock file gone or replaced: a test's temporary
+home, a wiped `data/`)."""
 from __future__ import annotations
 
 import fcntl
@@ -85,12 +86,14 @@ def warm(settings: Settings, log) -> None:
 def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     """Hold the home's lock, warm up, answer requests until stopped or idle; 0 on a clean stop."""
     settings.home.mkdir(parents=True, exist_ok=True)
-    lock = open(settings.home / "build-server.lock", "a")
+    lock = open(build_client.lock_path(settings), "a")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise MtragError(f"a build server already runs for MTRAG_HOME={settings.home} "
                          f"(mtrag build-server status)") from None
+    state = {"pid": os.getpid(), "proc_start": proc_start(os.getpid()), "state": "starting"}
+    write_text_atomic(build_client.state_path(settings), json.dumps(state))  # a client waits for the warm-up
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -111,12 +114,14 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     listener.bind(str(path))
     listener.listen(8)
     listener.settimeout(ACCEPT_POLL_S)
-    state = {"pid": os.getpid(), "proc_start": proc_start(os.getpid()), "socket": str(path), "key": key,
-             "started": time.time(), "idle_timeout_s": idle_timeout_s}
+    bound = path.stat().st_ino
+    state.update(state="ready", socket=str(path), key=key, started=time.time(), idle_timeout_s=idle_timeout_s)
     write_text_atomic(build_client.state_path(settings), json.dumps(state))
+    build_client.spawned_path(settings).unlink(missing_ok=True)  # `mtrag build`'s note of this start
     log(f"build server pid {os.getpid()} ready in {time.monotonic() - t0:.1f} s at {path} "
         f"(idle timeout {idle_timeout_s:g} s)")
     counts = {"builds": 0, "last": time.monotonic(), "building": False}
+    home_gone = False
     queued: queue.Queue = queue.Queue()
     answering = threading.Thread(target=_answer, name="mtrag-build-server-accept", daemon=True,
                                  args=(listener, key, idle_timeout_s, counts, queued, stop))
@@ -128,6 +133,9 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
             except queue.Empty:
                 close_parked_qdrant(idle_s=KEEP_QDRANT_OPEN_S)
                 if time.monotonic() - counts["last"] >= idle_timeout_s and queued.empty():
+                    break
+                if not _holds(lock, build_client.lock_path(settings)):
+                    home_gone = True
                     break
                 continue
             with conn:
@@ -145,13 +153,32 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
         answering.join(timeout=5)
         while not queued.empty():  # builds that came as it left: their clients build themselves
             queued.get_nowait()[0].close()
-        path.unlink(missing_ok=True)
-        build_client.state_path(settings).unlink(missing_ok=True)
+        if _inode(path) == bound:  # not a socket a server of a remade home has bound since
+            path.unlink(missing_ok=True)
+        if not home_gone:
+            build_client.state_path(settings).unlink(missing_ok=True)
         close_parked_qdrant()
         close_kept_neo4j_drivers()
-        why = f"idle for {idle_timeout_s:g} s" if idle else "stopped"
+        why = ("its home was deleted" if home_gone else f"idle for {idle_timeout_s:g} s" if idle else "stopped")
         log(f"build server pid {os.getpid()} leaves ({why}) after {counts['builds']} build(s)")
     return 0
+
+
+def _inode(path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _holds(lock, path) -> bool:
+    """Whether the lock file this server holds is still the home's (not deleted, not replaced)."""
+    st = os.fstat(lock.fileno())
+    try:
+        now = os.stat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _answer(listener: socket.socket, key: str, idle_timeout_s: float, counts: dict, queued: queue.Queue,

@@ -41,13 +41,26 @@ def _server_argv(args) -> list[str]:
 
 
 def cmd_build(args) -> int:
-    t0 = time.perf_counter()
     settings = _settings()
-    if not args.no_server:  # the home's build server, when one runs for this code and these settings
-        from mtrag_assets.build_client import build_through_server
-        code = build_through_server(settings, _server_argv(args))
+    from mtrag_assets import build_client
+    mode = "off" if args.no_server else build_client.mode()
+    if mode != "off":  # the home's build server, when one runs for this code and these settings
+        code = build_client.build_through_server(settings, _server_argv(args))
         if code is not None:
             return code
+    code = _build_here(settings, args)
+    if code == 0 and mode == "auto":
+        pid = build_client.start_in_background(settings)
+        if pid:
+            print(f"(started the build server, pid {pid}, for the next builds: it warms up now and leaves after "
+                  f"{build_client.AUTO_IDLE_TIMEOUT_S // 60} min without one; `mtrag build-server stop` ends it, "
+                  "MTRAG_BUILD_SERVER=off starts none)", flush=True)
+    return code
+
+
+def _build_here(settings: Settings, args) -> int:
+    """The build in this process."""
+    t0 = time.perf_counter()
     specs = _load_specs(settings)
     unknown = sorted(set(args.source or []) - {s.id for s in specs})
     if unknown:
@@ -324,15 +337,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-quality-drop", action="store_true",
                    help="publish even if the golden-query gate refuses the generation (recorded in the manifest)")
     p.add_argument("--no-server", action="store_true",
-                   help="build in this process even when a build server runs for this home")
+                   help="build in this process, and start no build server (MTRAG_BUILD_SERVER=off for one call)")
     p.set_defaults(func=cmd_build)
 
     p = command("build-server", "a long-lived process that runs `mtrag build` without its start-up cost",
                 "One process per MTRAG_HOME that pays a build's fixed costs once (imports, the embedder, the "
                 "stages' memos, the Neo4j driver) and then runs each `mtrag build` of this home: the same "
                 "Dagster runs, gate and output, streamed to the calling command. `mtrag build` uses it when one "
-                "runs for the same code and settings, else builds in its own process. It leaves after "
-                "--idle-timeout seconds without a build. Its log: MTRAG_HOME/build-server.log.")
+                "runs for the same code and settings, else builds in its own process and then starts one in the "
+                "background for the next build (MTRAG_BUILD_SERVER=auto, the default; `use`: never starts one, "
+                "`off`: never uses one). It leaves after --idle-timeout seconds without a build (15 min when "
+                "`mtrag build` started it), or when its home is deleted. Its log: MTRAG_HOME/build-server.log.")
     p.add_argument("action", choices=["start", "stop", "status", "run"],
                    help="start it in the background (or report the running one), stop it after its current "
                         "build, say whether it runs, or run it in the foreground")

@@ -14,6 +14,10 @@ CJK_DOCS = Path(__file__).resolve().parent / "data" / "cjk"
 
 KINDS = ("unit", "integration")
 
+# `mtrag build` would leave a build server warming up in each test's home after building (the
+# default, `auto`); the tests use a server only where they start one, and test `auto` by name.
+os.environ["MTRAG_BUILD_SERVER"] = "use"
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):

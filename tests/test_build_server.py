@@ -3,7 +3,8 @@ test home: builds run in the server (its output, exit codes and refusals relayed
 in-process build would (a later in-process build finds nothing to do), are Dagster runs tagged with
 the server's pid; a client of other settings builds in its own process; a server killed by
 SIGKILL in the middle of a build leaves the last generation served and the next build converges;
-stop and the idle timeout end it and remove its socket and state file."""
+stop and the idle timeout end it and remove its socket and state file; `mtrag build` starts one by
+itself (MTRAG_BUILD_SERVER=auto), which deleting its home ends."""
 from __future__ import annotations
 
 import fcntl
@@ -196,6 +197,8 @@ def test_the_key_follows_the_code_the_home_and_every_variable_mtrag_reads(tmp_pa
     monkeypatch.setenv("MTRAG_WATCH_NICE", "3")
     assert build_client.server_key(Settings.from_env()) != key
     monkeypatch.delenv("MTRAG_WATCH_NICE")
+    monkeypatch.setenv("MTRAG_BUILD_SERVER", "auto")  # whether a client uses a server, not what it builds
+    assert build_client.server_key(Settings.from_env()) == key
     (tmp_path / "mtrag_resources" / "m.py").write_text("x = 22\n")  # an edit of the code
     edited = build_client.server_key(Settings.from_env())
     assert edited != key
@@ -204,6 +207,18 @@ def test_the_key_follows_the_code_the_home_and_every_variable_mtrag_reads(tmp_pa
     # the socket is per home and short enough for AF_UNIX whatever the home's path
     monkeypatch.setenv("MTRAG_HOME", str(tmp_path / ("x" * 200)))
     assert len(str(build_client.socket_path(Settings.from_env()))) < 100
+
+
+@pytest.mark.unit
+def test_the_mode_is_read_from_the_environment_and_a_bad_value_is_named(monkeypatch):
+    from mtrag_resources.core.errors import MtragError
+    monkeypatch.delenv("MTRAG_BUILD_SERVER")
+    assert build_client.mode() == "auto"
+    monkeypatch.setenv("MTRAG_BUILD_SERVER", " OFF ")
+    assert build_client.mode() == "off"
+    monkeypatch.setenv("MTRAG_BUILD_SERVER", "sometimes")
+    with pytest.raises(MtragError, match="MTRAG_BUILD_SERVER='sometimes': expected one of auto, use, off"):
+        build_client.mode()
 
 
 @pytest.mark.unit
@@ -271,3 +286,42 @@ def test_status_answers_while_a_build_runs_and_a_second_build_waits_its_turn(mtr
     assert second.returncode == 0, err
     assert "nothing changed since the published generation" in out  # the first one built it
     assert files_of("shopcart.tax.queued_one") == {"src/shopcart/tax.py"}
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_build_starts_a_server_for_the_next_build_which_leaves_when_its_home_is_deleted(mtrag_env, stop_server_after):
+    """MTRAG_BUILD_SERVER=auto (the default outside the tests): a build in its own process leaves a
+    server warming up; the next build waits for it if need be and runs in it; `off` neither uses
+    nor starts one; deleting the home ends it."""
+    import re
+    import shutil
+    auto = {**os.environ, "MTRAG_BUILD_SERVER": "auto"}
+    settings = Settings.from_env()
+    first = mtrag("build", env=auto)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "(through the build server" not in first.stdout and "published generation 1 " in first.stdout
+    started = re.search(r"^\(started the build server, pid (\d+), for the next builds", first.stdout, re.M)
+    assert started, first.stdout
+    pid = int(started.group(1))
+
+    tax = mtrag_env["pkg"] / "tax.py"
+    tax.write_text(tax.read_text() + '\n\ndef auto_added(x):\n    return x\n')
+    second = mtrag("build", env=auto)  # right away: the server may still be warming up, then it waits
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"(through the build server, pid {pid})" in second.stdout and "published generation 2 " in second.stdout
+    assert "started the build server" not in second.stdout
+    assert files_of("shopcart.tax.auto_added") == {"src/shopcart/tax.py"}
+    assert json.loads(mtrag("build-server", "status", "--json").stdout)["idle_timeout_s"] == \
+        build_client.AUTO_IDLE_TIMEOUT_S
+
+    tax.write_text(tax.read_text() + '\n\ndef built_alone(x):\n    return x\n')
+    alone = mtrag("build", env={**auto, "MTRAG_BUILD_SERVER": "off"})
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "(through the build server" not in alone.stdout and "started the build server" not in alone.stdout
+    assert "published generation 3 " in alone.stdout and files_of("shopcart.tax.built_alone") == {"src/shopcart/tax.py"}
+
+    # a deleted home takes its server along (no process lives on for a wiped `data/`)
+    shutil.rmtree(settings.home)
+    assert gone(pid, timeout=30)
+    assert not build_client.socket_path(settings).exists()

@@ -53,6 +53,9 @@ ENVIRONMENT: dict[str, Variable] = {
                                      "postgresql://user:password@host:port/db: the Dagster instance's run, "
                                      "event-log and schedule storage in PostgreSQL"),
     "MTRAG_API_KEY": Variable("none", "required by `mtrag serve` for binds other than loopback"),
+    "MTRAG_BUILD_SERVER": Variable("auto", "`auto`: `mtrag build` hands its work to the home's build server and, "
+                                           "where none runs, starts one after building; `use`: only a running "
+                                           "one; `off`: never (as `--no-server`)"),
     "MTRAG_WATCH_NICE": Variable("10", "the CPU niceness `mtrag watch` adds to its own (0: none), so a server "
                                        "on the same cores answers queries first"),
     "MTRAG_NIGHTLY_CRON": Variable("0 2 * * *", "the nightly rebuild schedule"),
