@@ -113,7 +113,7 @@ def test_warm_up_plans_and_rehearses_every_write_and_writes_nothing(neo4j_store,
         before, marker, links = neo4j_store.database_counts(), neo4j_store.marker(sid), neo4j_store.marker(LINKS_SOURCE)
         held, held_links = _projection(neo4j_store, sid), _projection(neo4j_store, LINKS_SOURCE)
         assert held[0] and held[1] and held_links[1]
-        assert neo4j_store.warm_up([sid]) == 1 + 2 * len(ALLOWED_LABELS) + 2 * len(ALLOWED_REL_TYPES)
+        assert neo4j_store.warm_up([sid]) == 1 + 2 * len(ALLOWED_LABELS) + 3 * len(ALLOWED_REL_TYPES)
         assert neo4j_store.database_counts() == before
         assert neo4j_store.marker(sid) == marker and neo4j_store.marker(LINKS_SOURCE) == links
         assert _projection(neo4j_store, sid) == held and _projection(neo4j_store, LINKS_SOURCE) == held_links
@@ -354,6 +354,42 @@ def test_first_write_creates_without_merge(neo4j_store, sid, monkeypatch):
     again = neo4j_store.write_source(sid, "g2", nodes, rels, chunks)
     assert again["written_nodes"] == 1 and again["written_relationships"] == 0
     assert [q for q in sent if "(n:Entity" in q and "MERGE" in q] and not any("CREATE (n:Entity" in q for q in sent)
+
+
+def test_relationships_between_nodes_the_write_created_find_them_by_internal_id(neo4j_store, sid, monkeypatch):
+    """A first write's relationships find their endpoints by the ids the nodes' CREATE returned (no
+    node_id index seek); a later write's new edge to a node it did not create finds it by node_id.
+    Either way the projection holds the same edges, endpoints and properties."""
+    sent: list[tuple[str, int]] = []
+    real = Neo4jStore._run_batch
+
+    def spy(self, session, statements):
+        sent.extend((q, len(params.get("rows") or ())) for q, params in statements)
+        return real(self, session, statements)
+
+    monkeypatch.setattr(Neo4jStore, "_run_batch", spy)
+    nodes, rels, chunks = code_graph(sid)
+    first = neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    assert first["written_relationships"] == 11
+    by_id = sum(n for q, n in sent if "WHERE id(a) = row[0]" in q)
+    by_key = sum(n for q, n in sent if "USING INDEX SEEK a:Entity(node_id)" in q and "CREATE (a)" in q)
+    assert (by_id, by_key) == (11, 0)
+    held = _projection(neo4j_store, sid)[1]
+    assert {(r["t"], r["a"], r["b"]) for r in held} == (
+        {("DEFINES", f"{sid}:mod", f"{sid}:{n}") for n in "abcd"}
+        | {("CALLS", f"{sid}:{a}", f"{sid}:{b}") for a, b in ("ab", "bc", "cd")}
+        | {("HAS_CHUNK", f"{sid}:{n}", f"chunk:{sid}-c-{n}") for n in "abcd"})
+    assert all(r["props"]["projection"] == sid and r["props"]["digest"] for r in held)
+    assert {r["props"]["evidence_text"] for r in held if r["t"] == "CALLS"} == {"b()", "c()", "d()"}
+
+    sent.clear()  # a new function calling an old one: its own DEFINES by id, the CALLS to `a` by node_id
+    nodes.append(fn(sid, "e", chunk=False, line=60))
+    rels += [rel(sid, "DEFINES", "mod", "e"), rel(sid, "CALLS", "e", "a")]
+    again = neo4j_store.write_source(sid, "g2", nodes, rels, chunks)
+    assert again["written_relationships"] == 2 and again["written_nodes"] == 1
+    assert sum(n for q, n in sent if "WHERE id(a) = row[0]" in q) == 0  # `mod` was not created by this write
+    assert sum(n for q, n in sent if "USING INDEX SEEK a:Entity(node_id)" in q and "CREATE (a)" in q) == 2
+    assert neo4j_store.counts(sid)["relationships"] == {"DEFINES": 5, "CALLS": 4, "HAS_CHUNK": 4}
 
 
 def test_node_id_held_by_another_source_is_taken_over(neo4j_store, sid):
