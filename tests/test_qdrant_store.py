@@ -332,6 +332,30 @@ def test_link_for_reader_opens_privately_and_keeps_holes(tmp_path: Path, engine:
     assert allocated(private) <= allocated(published.resolve()) * 1.2 + 65536
 
 
+def test_link_for_reader_leaves_the_skipped_collections_out(tmp_path: Path) -> None:
+    """A serving reader that adopts a collection's loaded shard links only the others: nothing of
+    the skipped one (no file, no folder) is walked into its private folder."""
+    live, published = tmp_path / "live", tmp_path / "pub" / "qdrant"
+    with QdrantStore(path=live, engine="edge") as s:
+        s.write_source("src-a", "code", "g1", make_points("src-a", 20))
+        s.write_source("src-a", "docs", "g1", make_points("src-a", 10))
+        s.publish_snapshot(published)
+    names = {p.name for p in published.resolve().iterdir() if p.is_dir()}
+    assert len(names) >= 2
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    whole.mkdir()
+    part.mkdir()
+    link_for_reader(published, whole)
+    skipped = sorted(names)[0]
+    link_for_reader(published, part, skip={skipped})
+
+    def tree(root: Path) -> set[str]:
+        return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+    assert tree(part) == {rel for rel in tree(whole) if rel.split("/", 1)[0] != skipped}
+    assert not (part / skipped).exists() and tree(part)
+
+
 def test_opening_a_folder_with_the_other_engine_names_it(tmp_path: Path) -> None:
     for built, other in (ENGINES, ENGINES[::-1]):
         path = tmp_path / built

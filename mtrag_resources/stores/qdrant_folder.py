@@ -304,10 +304,15 @@ def ensure_free_disk(folder: Path | str, needed: int, what: str) -> None:
             "some space and build again: the published generation is still served")
 
 
-def _walk(root: Path) -> Iterable[tuple[str, list[str], list[str]]]:
+def _walk(root: Path, skip: set[str] | frozenset = frozenset()) -> Iterable[tuple[str, list[str], list[str]]]:
     """os.walk of what a published version holds: no Edge WAL (a flushed shard holds every point
-    in its segments; a reader's open creates an empty WAL of its own)."""
+    in its segments; a reader's open creates an empty WAL of its own); `skip`: top-level folders
+    not entered."""
+    top = True
     for dirpath, dirnames, filenames in os.walk(root):
+        if top:
+            dirnames[:] = [d for d in dirnames if d not in skip]
+            top = False
         if "wal" in dirnames and (Path(dirpath) / "edge_config.json").is_file():
             dirnames.remove("wal")
         yield dirpath, dirnames, filenames
@@ -325,17 +330,17 @@ def _make_folders(src: Path, dst: Path, made: set[Path] = frozenset(),
                   skip: set[str] | frozenset = frozenset()) -> None:
     """`src`'s folders under `dst`, empty ones too (an Edge shard's temp_segments is part of its
     layout); `made`: those known to exist already; `skip`: top-level folders left out."""
-    for dirpath, dirnames, _ in _walk(src):
+    for dirpath, dirnames, _ in _walk(src, skip):
         for d in dirnames:
             rel = Path(dirpath).relative_to(src) / d
-            if rel.parts[0] not in skip and dst / rel not in made:
+            if dst / rel not in made:
                 (dst / rel).mkdir(parents=True, exist_ok=True)
 
 
-def _walk_files(root: Path) -> Iterable[tuple[str, Path]]:
+def _walk_files(root: Path, skip: set[str] | frozenset = frozenset()) -> Iterable[tuple[str, Path]]:
     """(relative path, path) of the files a published version holds: no lock, temp or -shm files,
-    no Edge WAL."""
-    for dirpath, _, filenames in _walk(root):
+    no Edge WAL; none under the top-level folders `skip`."""
+    for dirpath, _, filenames in _walk(root, skip):
         here = Path(dirpath)
         ignored = _NOT_COPIED(dirpath, filenames)
         for name in sorted(filenames):
@@ -461,12 +466,15 @@ def _write_version(src: Path, tmp: Path, previous: Path | None) -> PublishStats:
     return stats
 
 
-def _immutable_segments(root: Path) -> set[Path]:
+def _immutable_segments(root: Path, skip: set[str] | frozenset = frozenset()) -> set[Path]:
     """Edge segments that no write touches again: the optimizer's (HNSW-indexed, plain mmap
     storage). The appendable segment (chunked mmap, no index) takes every new point, and its files
-    are mapped writable and allocated when a shard opens, so a reader never shares them."""
+    are mapped writable and allocated when a shard opens, so a reader never shares them. `skip`:
+    collections (top-level folders) not looked at."""
     out = set()
     for meta in root.glob("*/segments/*/segment.json"):
+        if meta.relative_to(root).parts[0] in skip:
+            continue
         with contextlib.suppress(OSError, ValueError):
             vectors = json.loads(meta.read_text())["config"]["vector_data"].values()
             if vectors and all(v.get("storage_type") == "Mmap" and v.get("index", {}).get("type") == "hnsw"
@@ -488,13 +496,13 @@ def link_for_reader(src: Path | str, dst: Path | str, skip: set[str] | frozenset
         return
     # by relative path: `segment in full.parents` compared Path objects, ~0.1 s of every CLI query on
     # django's ~700 files
-    shared = {seg.relative_to(src).as_posix() for seg in _immutable_segments(src)}
+    shared = {seg.relative_to(src).as_posix() for seg in _immutable_segments(src, skip)}
 
     def linkable(rel: str) -> bool:
         segment = _segment_of(rel)
         return segment in shared and _read_only_on_open(rel[len(segment) + 1:])
 
-    plan = [(rel, full, linkable(rel)) for rel, full in _walk_files(src) if rel.split("/", 1)[0] not in skip]
+    plan = [(rel, full, linkable(rel)) for rel, full in _walk_files(src, skip)]
     # Edge may allocate the copied files in full when it maps them: room for their whole size,
     # or the reader would die of SIGBUS instead of failing its switch
     ensure_free_disk(dst, sum(full.stat().st_size for _, full, link in plan if not link),
