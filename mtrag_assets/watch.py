@@ -37,7 +37,10 @@ from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parke
 
 from mtrag_assets.policies import PLANE_TAG
 
-DEBOUNCE_MS = 200
+DEBOUNCE_MS = 200  # the longest a burst of changes is grouped into one batch
+# A batch starts once no change came for this long: an editor's save (a write, a rename) and a git
+# checkout's files come microseconds to milliseconds apart; 50 ms was ~30 ms of every edit's wait.
+QUIET_MS = 20
 RESCAN_S = 5.0  # a stat walk of the watched sources when no event came for this long
 # The embedded Qdrant stays open from one batch to the next, and is closed after this long without
 # one (or at once when another process waits for its lock: stores/qdrant_folder.wanted_by_another).
@@ -304,7 +307,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     def keep(change, path: str) -> bool:
         return _ref_file(Path(path), git_dirs) or default_filter(change, path)
 
-    for changes in watchfiles.watch(*roots.values(), *git_dirs.values(), watch_filter=keep, debounce=debounce_ms, step=50, stop_event=stop,
+    for changes in watchfiles.watch(*roots.values(), *git_dirs.values(), watch_filter=keep, debounce=debounce_ms, step=QUIET_MS, stop_event=stop,
                                     rust_timeout=LOOP_TICK_MS, yield_on_timeout=True, raise_interrupt=False):
         # The live Qdrant the batches keep open goes when another process (`mtrag build`, `mtrag
         # status`) waits for its lock, or after a long quiet spell.

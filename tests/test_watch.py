@@ -139,6 +139,13 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
               and not files_of("shopcart.fresh.fresh_helper"), watch)
         (pkg / "moved.py").unlink()
         until("the deleted file", lambda: not files_of("shopcart.moved.fresh_helper"), watch)
+        # a burst (three files saved back to back, as a checkout writes them) is one batch
+        before = generation()
+        for n in range(3):
+            (pkg / f"burst_{n}.py").write_text(f'def burst_{n}():\n    return {n}\n')
+        burst = watch.wait_for(f"published generation {before + 1} ")
+        assert "(change)" in burst and "files 3," in burst, burst
+        until("the burst", lambda: all(files_of(f"shopcart.burst_{n}.burst_{n}") for n in range(3)), watch)
         assert watch.stop() == 0, watch.output()  # SIGTERM between batches: a clean exit
     finally:
         watch.stop()
