@@ -187,6 +187,10 @@ def cmd_status(args) -> int:
     else:
         from mtrag_resources.serving.render import render_status
         print(render_status(result))
+        from mtrag_assets import build_client  # a build server `mtrag build` left running is said too
+        server = build_client.status(Settings.from_env())
+        if server.get("running") or server.get("starting"):
+            print(_build_server_line(server))
     return 0 if result.get("generation") is not None else 1
 
 
@@ -210,16 +214,23 @@ def cmd_build_server(args) -> int:
         print(json.dumps(result))
     elif args.action == "stop":
         print("build server: stopped" if result.get("was_running") else "build server: not running")
-    elif result.get("running"):
-        doing = (f"building, {result['queued']} queued" if result.get("building")
-                 else f"idle {result['idle_s']:g} s of {result['idle_timeout_s']:g} s")
-        print(f"build server: running (pid {result['pid']}, {result['builds']} build(s), {doing})"
-              + (f"; ready in {result['ready_s']:g} s" if result.get("ready_s") is not None else "")
-              + ("" if result["usable"] else "; started for another code tree or other settings: "
-                                             "`mtrag build` here does not use it"))
     else:
-        print("build server: not running")
+        print(_build_server_line(result))
     return 0 if args.action != "status" or result.get("running") else 1
+
+
+def _build_server_line(result: dict) -> str:
+    """`mtrag build-server status` (and `mtrag status`) in one line."""
+    if result.get("starting"):
+        return f"build server: warming up (pid {result['starting']})"
+    if not result.get("running"):
+        return "build server: not running"
+    doing = (f"building, {result['queued']} queued" if result.get("building")
+             else f"idle {result['idle_s']:g} s of {result['idle_timeout_s']:g} s")
+    return (f"build server: running (pid {result['pid']}, {result['builds']} build(s), {doing})"
+            + (f"; ready in {result['ready_s']:g} s" if result.get("ready_s") is not None else "")
+            + ("" if result["usable"] else "; started for another code tree or other settings: "
+                                           "`mtrag build` here does not use it"))
 
 
 def cmd_watch(args) -> int:

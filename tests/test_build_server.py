@@ -222,6 +222,25 @@ def test_the_mode_is_read_from_the_environment_and_a_bad_value_is_named(monkeypa
 
 
 @pytest.mark.unit
+def test_a_server_spawned_but_not_answering_yet_is_reported_as_warming_up(tmp_path, monkeypatch):
+    from mtrag_assets.cli import _build_server_line
+    from mtrag_resources.core.processes import proc_start
+    monkeypatch.setenv("MTRAG_HOME", str(tmp_path))
+    settings = Settings.from_env()
+    sleeper = subprocess.Popen(["sleep", "30"])  # stands in for a server still importing
+    try:
+        build_client.spawned_path(settings).write_text(json.dumps({"pid": sleeper.pid,
+                                                                   "proc_start": proc_start(sleeper.pid)}))
+        assert build_client.status(settings) == {"running": False, "starting": sleeper.pid}
+        assert _build_server_line(build_client.status(settings)) == f"build server: warming up (pid {sleeper.pid})"
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+    assert build_client.status(settings) == {"running": False}  # its process gone: nothing starts
+    assert _build_server_line({"running": False}) == "build server: not running"
+
+
+@pytest.mark.unit
 def test_a_relay_drops_output_once_the_client_has_gone():
     import socket
     from mtrag_assets.build_server import _Relay
@@ -314,6 +333,8 @@ def test_build_starts_a_server_for_the_next_build_which_leaves_when_its_home_is_
     assert files_of("shopcart.tax.auto_added") == {"src/shopcart/tax.py"}
     assert json.loads(mtrag("build-server", "status", "--json").stdout)["idle_timeout_s"] == \
         build_client.AUTO_IDLE_TIMEOUT_S
+    shown = mtrag("status")  # a server nobody started by name is said where the home's state is
+    assert shown.returncode == 0 and f"build server: running (pid {pid}, " in shown.stdout, shown.stdout
 
     tax.write_text(tax.read_text() + '\n\ndef built_alone(x):\n    return x\n')
     alone = mtrag("build", env={**auto, "MTRAG_BUILD_SERVER": "off"})
