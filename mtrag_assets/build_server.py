@@ -25,7 +25,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.processes import proc_start
-from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant
+from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant, forget_neo4j_schemas
 from mtrag_resources.stores.tables import table_exists
 
 from mtrag_assets import build_client
@@ -255,6 +255,8 @@ def _build(conn: socket.socket, request: dict, log) -> None:
     finally:
         sys.stdout, sys.stderr = saved
         os.chdir(here)
+    if code != 0:  # an index dropped under the server, say: checked again before the next write
+        forget_neo4j_schemas()
     log(f"build {' '.join(argv[2:]) or '(all changed sources)'}: exit {code} in {time.monotonic() - t0:.2f} s"
         + (" (the client left before the end)" if out.gone or err.gone else ""))
     try:

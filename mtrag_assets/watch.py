@@ -33,7 +33,7 @@ from mtrag_resources.publish.build_state import changed_sources, publish_pending
 from mtrag_resources.publish.journal import append_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import SourceLayout
-from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant
+from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant, forget_neo4j_schemas
 
 from mtrag_assets.policies import PLANE_TAG
 
@@ -260,6 +260,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
             batch = run_batch(settings, specs, targets, log=lambda line: None, keep_qdrant=True, changed=changed)
         except Exception as exc:  # noqa: BLE001 - the next batch converges through a run
             close_parked_qdrant()  # a build of another process may be what it ran into
+            forget_neo4j_schemas()  # or an index dropped under it: made again before the next write
             converge_next["pending"] = True
             log(f"batch failed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
                 "the next change converges through a Dagster run")

@@ -735,24 +735,34 @@ def test_injection_strings_are_plain_data(neo4j_store, sid):
 
 def test_a_process_that_keeps_drivers_opens_one_store_per_server(neo4j_uri, tmp_path, monkeypatch):
     """keep_neo4j_drivers (`mtrag watch`): every open_neo4j of the process gives the one kept store,
-    whose close leaves it open for the next, and which checks the indexes again on each open's
-    first write; a caller with driver settings of its own gets a store of its own."""
+    whose close leaves it open for the next, and which checks the indexes once per server process
+    (again after a failed batch forgets it, or when the local server is another process); a caller
+    with driver settings of its own gets a store of its own."""
     from mtrag_resources.core.config import Settings
-    from mtrag_resources.stores import connect
+    from mtrag_resources.stores import connect, neo4j_server
     monkeypatch.setenv("NEO4J_URI", neo4j_uri)
     monkeypatch.setattr(connect, "_KEEP_DRIVERS", False)
     monkeypatch.setattr(connect, "_DRIVERS", {})
+    monkeypatch.setattr(connect, "_SCHEMA_CHECKED", {})
     settings = Settings(home=tmp_path)
     apart = connect.open_neo4j(settings)
     assert isinstance(apart, Neo4jStore)
     apart.close()
     connect.keep_neo4j_drivers()
     with connect.open_neo4j(settings) as first:
-        first.ensure_schema()
+        assert not first._schema_ok
+        first.ensure_schema_once()
         assert first._schema_ok
     with connect.open_neo4j(settings) as second:
-        assert second is first and not second._schema_ok  # closed by neither block
+        assert second is first and second._schema_ok  # closed by neither block; checked already
         assert second.markers() is not None
+    connect.forget_neo4j_schemas()
+    with connect.open_neo4j(settings) as third:
+        assert third is first and not third._schema_ok
+        third.ensure_schema_once()
+    monkeypatch.setattr(neo4j_server, "running_pid", lambda _settings: 4242)  # a restarted local server
+    with connect.open_neo4j(settings) as fourth:
+        assert fourth is first and not fourth._schema_ok
     own = connect.open_neo4j(settings, connection_acquisition_timeout=5.0)
     assert isinstance(own, Neo4jStore) and own is not first
     own.close()

@@ -333,7 +333,7 @@ def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> Sta
         generation = digest_json([[l.rel_id, l.confidence, l.evidence_hash] for l in links])[:24]
         store = open_neo4j(settings)
         try:
-            store.ensure_schema()
+            store.ensure_schema_once()
             neo = _write_links(store, settings, generation, links)
             marker = store.marker(LINKS_SOURCE)
         finally:

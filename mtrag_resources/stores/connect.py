@@ -133,7 +133,7 @@ def open_fts(settings: Settings, path=None):
 
 
 def open_neo4j(settings: Settings, **driver_config):
-    from mtrag_resources.stores.neo4j_server import neo4j_connection
+    from mtrag_resources.stores.neo4j_server import neo4j_connection, running_pid
     from mtrag_resources.stores.neo4j_store import Neo4jStore
     uri, user, password = neo4j_connection(settings)
     if not _KEEP_DRIVERS or driver_config:
@@ -143,8 +143,21 @@ def open_neo4j(settings: Settings, **driver_config):
         store = _DRIVERS.get(key)
         if store is None:
             store = _DRIVERS[key] = Neo4jStore(uri, user, password)
-    store._schema_ok = False  # as a new store: its first write checks the indexes again
+        # The indexes the writes' hints need are checked once per server process (a restarted
+        # local server may hold another database), not per batch: `SHOW INDEXES` beside a busy
+        # batch was a 20-80 ms round trip on the critical path, twice a batch.
+        server = running_pid(settings)
+        if _SCHEMA_CHECKED.get(key, "unchecked") != server:
+            store._schema_ok = False
+            _SCHEMA_CHECKED[key] = server
     return _Borrowed(store)
+
+
+def forget_neo4j_schemas() -> None:
+    """The kept stores check their server's indexes again at their next write (after a failed
+    batch: an index dropped under a running watch is made again)."""
+    with _DRIVERS_LOCK:
+        _SCHEMA_CHECKED.clear()
 
 
 # Neo4j stores kept open by this process (keep_neo4j_drivers: `mtrag watch`), by pid, server and
@@ -152,6 +165,7 @@ def open_neo4j(settings: Settings, **driver_config):
 # links stages, the gate), each a new driver, connection and authentication. A kept driver's pool
 # reconnects to a restarted server by itself.
 _DRIVERS: dict[tuple, object] = {}
+_SCHEMA_CHECKED: dict[tuple, int | None] = {}  # kept store -> the local server pid its schema was checked on
 _DRIVERS_LOCK = threading.Lock()
 _KEEP_DRIVERS = False
 
@@ -167,6 +181,7 @@ def close_kept_neo4j_drivers() -> int:
     with _DRIVERS_LOCK:
         stores = list(_DRIVERS.values())
         _DRIVERS.clear()
+        _SCHEMA_CHECKED.clear()
     for store in stores:
         store.close()
     return len(stores)

@@ -535,6 +535,16 @@ def _found_running(server: "Neo4jServer") -> str | None:
     return uri if pid is not None else None
 
 
+def running_pid(settings: Settings) -> int | None:
+    """The pid of the local server this process last found running for the home (None: none found,
+    or NEO4J_URI names another server)."""
+    if settings.neo4j_connection:
+        return None
+    with _RUNNING_LOCK:
+        found = _RUNNING.get(str(Neo4jServer(settings).home))
+    return found[1] if found else None
+
+
 def neo4j_connection(settings: Settings, start: bool = False) -> tuple[str, str | None, str | None]:
     """(uri, user, password): NEO4J_URI/NEO4J_USER/NEO4J_PASSWORD when NEO4J_URI is set (nothing
     local is started), else the local server's Bolt URI (user and password None: auth is off).

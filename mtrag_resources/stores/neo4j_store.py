@@ -293,8 +293,9 @@ class Neo4jStore:
                                                     f"FOR ()-[r:{t}]-() ON (r.projection)")
         return stmts
 
-    def _ensure_schema_once(self) -> None:
-        """The write queries' index hints need the indexes: ensured once per store object."""
+    def ensure_schema_once(self) -> None:
+        """The write queries' index hints need the indexes: ensured once per store object (a kept
+        store's flag is reset by connect.open_neo4j when its server is another process)."""
         if not getattr(self, "_schema_ok", False):
             self.ensure_schema()
 
@@ -532,7 +533,7 @@ class Neo4jStore:
         without nodes of its own (the links)."""
         source_id = projection if node_rows is not None else None
         node_rows = node_rows or {}
-        self._ensure_schema_once()
+        self.ensure_schema_once()
         with self._session() as session:
             have_nodes, have_rels = self._begin(session, projection, generation, source_id)
             if source_id:  # a source's projection (not the links)
@@ -586,7 +587,7 @@ class Neo4jStore:
         marker = self.marker(source_id)
         if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
             return None
-        self._ensure_schema_once()
+        self.ensure_schema_once()
         plan = _Plan()
         plan.stale_nodes = list(removed_nodes)
         for _nid, (label, row) in node_rows.items():
@@ -719,7 +720,7 @@ class Neo4jStore:
         first watch batch on the bench corpus); rehearse a change's transactions on what
         `source_ids` and the links hold (_rehearse: rolled back; what they hold comes into the page
         cache); and read the gate's counts. Returns the number of statements."""
-        self._ensure_schema_once()
+        self.ensure_schema_once()
         statements = [self._DROP_NODES]
         for label in ALLOWED_LABELS:
             statements.extend(self._node_statements(label))
