@@ -113,7 +113,7 @@ def test_warm_up_plans_and_rehearses_every_write_and_writes_nothing(neo4j_store,
         before, marker, links = neo4j_store.database_counts(), neo4j_store.marker(sid), neo4j_store.marker(LINKS_SOURCE)
         held, held_links = _projection(neo4j_store, sid), _projection(neo4j_store, LINKS_SOURCE)
         assert held[0] and held[1] and held_links[1]
-        assert neo4j_store.warm_up([sid]) == 1 + 2 * len(ALLOWED_LABELS) + 3 * len(ALLOWED_REL_TYPES)
+        assert neo4j_store.warm_up([sid]) == 2 + 2 * len(ALLOWED_LABELS) + 3 * len(ALLOWED_REL_TYPES)
         assert neo4j_store.database_counts() == before
         assert neo4j_store.marker(sid) == marker and neo4j_store.marker(LINKS_SOURCE) == links
         assert _projection(neo4j_store, sid) == held and _projection(neo4j_store, LINKS_SOURCE) == held_links

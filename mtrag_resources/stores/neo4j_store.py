@@ -329,6 +329,19 @@ class Neo4jStore:
         else:
             session.execute_write(lambda tx: tx.run(self._MARKER, params).consume())
 
+    # 'begin' over a marker that committed the base generation, in one statement: the check and the
+    # write are one round trip (and nothing else can write the marker between them).
+    _BEGIN_FROM = (_KEEP_PLAN + "MATCH (m:ProjectionMarker {source_id: $sid}) "
+                   "WHERE m.state = $committed AND m.generation = $base "
+                   "SET m.generation = $gen, m.state = $begin, m.updated_at = datetime() RETURN count(m) AS n")
+
+    def _begin_from(self, session, source_id: str, base_generation: str, generation: str) -> bool:
+        """Mark `source_id`'s projection 'begin' for `generation` if its marker says it committed
+        `base_generation`; whether it did."""
+        params = {"sid": source_id, "base": base_generation, "gen": generation, "committed": COMMITTED,
+                  "begin": BEGIN}
+        return session.execute_write(lambda tx: tx.run(self._BEGIN_FROM, params).single()["n"]) == 1
+
     def marker(self, source_id: str) -> Marker | None:
         rows = self._read("MATCH (m:ProjectionMarker {source_id: $sid}) "
                           "RETURN m.source_id AS source_id, m.generation AS generation, m.state AS state",
@@ -584,9 +597,6 @@ class Neo4jStore:
             raise ValueError(f"invalid source id {source_id!r}")
         t0 = time.monotonic()
         node_rows, rel_rows, _by_label, n_chunks = self._shape(source_id, nodes, relations, chunks)
-        marker = self.marker(source_id)
-        if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
-            return None
         self.ensure_schema_once()
         plan = _Plan()
         plan.stale_nodes = list(removed_nodes)
@@ -601,7 +611,8 @@ class Neo4jStore:
             plan.replace_rels[t].append(rid)
             plan.creates[(t, True)].extend(edges.values())
         with self._session() as session:
-            self._set_marker(source_id, generation, BEGIN, session)
+            if not self._begin_from(session, source_id, base_generation, generation):
+                return None
             fault_point("neo4j:after_begin")
             stats = self._apply(session, source_id, generation, source_id, plan, progress)
         out = self._stats(stats, plan, dict(totals.get("relationships", {})))
@@ -728,9 +739,11 @@ class Neo4jStore:
             statements += [self._drop_rel_statement(t), self._create_rel_statement(t),
                            self._create_rel_by_id_statement(t)]
 
+        statements.append(self._BEGIN_FROM)  # matches no marker: source id ""
+
         def work(tx):
             for q in statements:
-                tx.run(q, rows=[], p="", sid="").consume()
+                tx.run(q, rows=[], p="", sid="", base="", gen="", committed=COMMITTED, begin=BEGIN).consume()
 
         with self._session() as session:
             session.execute_write(work)
