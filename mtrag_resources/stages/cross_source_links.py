@@ -14,7 +14,7 @@ from mtrag_resources.ingest.doc_links import (INDEXED_LABELS, SymbolIndex, add_l
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
-from mtrag_resources.stores.contract import LINKS_SOURCE
+from mtrag_resources.stores.contract import COMMITTED, LINKS_SOURCE, Marker
 from mtrag_resources.stores.table_changes import identity
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables, same_columns
 from mtrag_resources.stores.tables import as_rows, column_values, read_shared, read_table, rows_where, write_rows_changed
@@ -335,7 +335,8 @@ def build_cross_source_links(settings: Settings, specs: list[SourceSpec]) -> Sta
         try:
             store.ensure_schema_once()
             neo = _write_links(store, settings, generation, links)
-            marker = store.marker(LINKS_SOURCE)
+            # both writes end with this marker committed or raise (neo4j_graph's stage: not read back)
+            marker = Marker(LINKS_SOURCE, generation, COMMITTED)
         finally:
             store.close()
         if not neo.get("skipped_relationships"):  # a skipped link is tried again by the next full write

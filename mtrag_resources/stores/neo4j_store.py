@@ -446,9 +446,6 @@ class Neo4jStore:
         DELETE took while the links were not rewritten) it returns None, as it does when the
         marker disagrees: the caller then does the full write_links, which repairs."""
         t0 = time.monotonic()
-        marker = self.marker(LINKS_SOURCE)
-        if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
-            return None
         rel_rows = self._rel_rows(changed, LINKS_SOURCE, default_source="")
         plan = _Plan()
         for t, rid in removed:
@@ -458,9 +455,13 @@ class Neo4jStore:
             plan.creates[(t, True)].extend(edges.values())
         if rel_rows or removed or generation != base_generation:
             with self._session() as session:
-                self._set_marker(LINKS_SOURCE, generation, BEGIN, session)
+                if not self._begin_from(session, LINKS_SOURCE, base_generation, generation):
+                    return None
                 stats = self._apply(session, LINKS_SOURCE, generation, None, plan, progress)
-        else:  # the generation it holds: nothing to write
+        else:  # the generation it holds, if its marker says so: nothing to write
+            marker = self.marker(LINKS_SOURCE)
+            if marker is None or marker.state != COMMITTED or marker.generation != base_generation:
+                return None
             stats = _WriteStats()
         held = self.relationship_counts(LINKS_SOURCE)
         if held != {t: n for t, n in expected.items() if n}:
