@@ -308,7 +308,8 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     def keep(change, path: str) -> bool:
         return _ref_file(Path(path), git_dirs) or default_filter(change, path)
 
-    for changes in watchfiles.watch(*roots.values(), *git_dirs.values(), watch_filter=keep, debounce=debounce_ms, step=QUIET_MS, stop_event=stop,
+    for changes in watchfiles.watch(*roots.values(), *git_dirs.values(), watch_filter=keep, debounce=debounce_ms,
+                                    step=QUIET_MS, stop_event=stop,
                                     rust_timeout=LOOP_TICK_MS, yield_on_timeout=True, raise_interrupt=False):
         # The live Qdrant the batches keep open goes when another process (`mtrag build`, `mtrag
         # status`) waits for its lock, or after a long quiet spell.

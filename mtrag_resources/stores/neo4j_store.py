@@ -29,8 +29,9 @@ Model:
   the internal ids their CREATE returned, the others by node_id (Django's first write: ~20% less
   server CPU than seeking both endpoints in the node_id index).
 - `(:ProjectionMarker {source_id, generation, state})` brackets each write: 'begin' first (committed
-  by the transaction that reads the projection), 'committed' by the last batch's transaction (or
-  right after the read when nothing changed).
+  by the transaction that reads the projection; a delta write's by one statement that also checks
+  the marker committed its base generation), 'committed' by the last batch's transaction (or right
+  after the read when nothing changed).
 """
 from __future__ import annotations
 
