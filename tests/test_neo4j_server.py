@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mtrag_resources.core import processes
 from mtrag_resources.core.config import Settings
 from mtrag_resources.stores import neo4j_server
 from mtrag_resources.stores.neo4j_server import (
@@ -119,7 +120,7 @@ def test_a_found_server_is_taken_while_its_pid_file_and_process_stay(tmp_path, m
     assert neo4j_connection(settings) == ("bolt://127.0.0.1:7998", None, None) and len(checks) == 2
     ended = subprocess.Popen([sys.executable, "-c", "pass"])  # a child that ends: a zombie until reaped
     for _ in range(200):
-        if not neo4j_server._alive(ended.pid):
+        if not processes.alive(ended.pid):
             break
         time.sleep(0.05)
     neo4j_server._RUNNING[str(server.home)] = (neo4j_server._pid_file_identity(server), ended.pid, "bolt://gone:1")

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from mtrag_resources.core.errors import StoreError
 from mtrag_resources.core.config import Settings, env
+from mtrag_resources.core.processes import alive
 
 NEO4J_VERSION = "5.26.30"  # newest 5.26.x LTS on Maven Central when this was written; runs on Java 17/21
 MAIN_CLASS = "org.neo4j.server.CommunityEntryPoint"
@@ -506,22 +507,14 @@ def _still_running(server: "Neo4jServer") -> str | None:
         found = _RUNNING.get(key)
     if found is None:
         return None
-    same = _alive(found[1]) and _pid_file_identity(server) == found[0]
+    # alive: not gone and not a zombie (a server this process launched and that died answers
+    # kill(pid, 0) until it is reaped)
+    same = alive(found[1]) and _pid_file_identity(server) == found[0]
     if not same:
         with _RUNNING_LOCK:
             _RUNNING.pop(key, None)
         return None
     return found[2]
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a running process: not gone, not a zombie (a server this process launched
-    and that died answers kill(pid, 0) until it is reaped). False where /proc cannot tell."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _found_running(server: "Neo4jServer") -> str | None:
