@@ -241,7 +241,7 @@ def _decoded(path: Path, form: type | None = None) -> list | None:
             _DECODED.move_to_end(key)
             return found
     if form is None:
-        found = read_table(path).to_pylist()
+        found = held_table(path).to_pylist()  # the Arrow table this process holds, if any: one read
     else:
         records = _decoded(path)
         if records is None:  # removed since the stat above
