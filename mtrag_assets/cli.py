@@ -181,14 +181,15 @@ def _refuse_unknown_symbols(reader, names: list[tuple[str, str | None]]) -> None
 
 
 def cmd_status(args) -> int:
-    result = _reader(_published_settings()).status()
+    settings = _published_settings()
+    result = _reader(settings).status()
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
         from mtrag_resources.serving.render import render_status
         print(render_status(result))
         from mtrag_assets import build_client  # a build server `mtrag build` left running is said too
-        server = build_client.status(Settings.from_env())
+        server = build_client.status(settings)
         if server.get("running") or server.get("starting"):
             print(_build_server_line(server))
     return 0 if result.get("generation") is not None else 1
