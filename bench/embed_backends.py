@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -197,6 +198,7 @@ def main() -> None:
                       "rounds_texts_per_s": [len(texts) / x["wall_s"] for x in runs[v]],
                       "embed_speedup": base_best / best["wall_s"], "load_s": best["load_s"],
                       **agreement(base_vecs, np.load(work / f"{v}.npy"), len(texts))}
+    shutil.rmtree(work, ignore_errors=True)  # the texts and every variant's vectors: compared above
 
     print(f"\n{len(texts)} texts, {len(queries)} queries, best of {args.rounds} rounds, "
           f"{os.cpu_count()} CPUs, load avg {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")

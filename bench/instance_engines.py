@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -72,6 +73,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench/out/instance_engines.json"))
     args = ap.parse_args()
     home = tempfile.mkdtemp(prefix="mtrag-bench-engines-")
+    try:
+        run_rounds(args, home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)  # the shards of every round: nothing to keep
+
+
+def run_rounds(args, home: str) -> None:
     os.environ["DAGSTER_HOME"] = home
     Path(home, "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     import dagster as dg
