@@ -185,3 +185,27 @@ def test_a_name_an_import_cycle_cut_keeps_nothing_to_reuse():
     parsed = parse(modules)
     assert graph(*resolve_code_graph("pkg", parsed, reuse=True)) == from_scratch(parsed)
     assert "pkg" not in code_graph._LAST_CALLS
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(package, st.lists(edit, min_size=1, max_size=6))
+def test_the_names_an_edit_changed_are_every_by_qn_entry_that_differs(modules, edits):
+    """changed_since looks only at the names of the files one resolver reads and the other does
+    not (an unchanged file is the same ParsedFile): the same names a comparison of every entry of
+    the two resolvers' by_qn finds."""
+    old = code_graph._Resolver(parse(modules))
+    for change in edits:
+        modules = edited(modules, change)
+        new = code_graph._Resolver(parse(modules))
+        every = {("qn", qn) for qn, _ in new._qn_entries().items() ^ old._qn_entries().items()}
+        assert new._qn_changed(old) == every
+        old = new
+
+
+def test_files_in_another_order_compare_every_name():
+    """Where the shared files stand in another order, the first node of a name may be another:
+    every entry is compared."""
+    first = parse({"m0": ["def f0(obj):\n    pass"], "m1": ["def f1(obj):\n    pass"]})
+    old, new = code_graph._Resolver(first), code_graph._Resolver(list(reversed(first)))
+    assert new._qn_changed(old) == {("qn", qn) for qn, _ in new._qn_entries().items() ^ old._qn_entries().items()}
+    assert old._qn_memo is not None  # the fallback was taken
