@@ -9,8 +9,8 @@ from __future__ import annotations
 import posixpath
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import groupby
-from operator import attrgetter, is_
+from itertools import compress, groupby, repeat
+from operator import attrgetter, is_, ne
 
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, stable_id
 
@@ -34,13 +34,15 @@ class SymbolIndex:
     reads: list | None = field(default=None, repr=False, compare=False)
 
     def add_nodes(self, nodes: list[GraphNode]) -> None:
+        by_qn, by_short, files, file_names = self.by_qn, self.by_short, self.files, self.file_names  # one lookup each
         for n in nodes:
-            if n.label in CODE_LABELS:
-                self.by_qn[n.qualified_name].append(n)
-                self.by_short[n.name].append(n)
-            elif n.label == "File":
-                self.files[n.qualified_name].append(n)
-                self.file_names[posixpath.basename(n.qualified_name)].append(n)
+            label = n.label
+            if label in CODE_LABELS:
+                by_qn[n.qualified_name].append(n)
+                by_short[n.name].append(n)
+            elif label == "File":
+                files[n.qualified_name].append(n)
+                file_names[posixpath.basename(n.qualified_name)].append(n)
 
     def file(self, path: str) -> list[GraphNode]:
         """File nodes whose path is `path`, else those whose path ends with `/path`."""
@@ -122,7 +124,10 @@ def changed_reads(old: SymbolIndex, new: SymbolIndex) -> set[tuple[str, str]]:
     changed = set()
     for table in _READ_TABLES:
         a, b = getattr(old, table), getattr(new, table)
-        changed.update((table, k) for k in a.keys() | b.keys() if (a.get(k) or None) != (b.get(k) or None))
+        changed.update((table, k) for k in a.keys() ^ b.keys() if (a.get(k) or None) != (b.get(k) or None))
+        # keys of both, compared in C (an unchanged entry holds the same node objects: equal at once)
+        both = list(a.keys() & b.keys())
+        changed.update(zip(repeat(table), compress(both, map(ne, map(a.__getitem__, both), map(b.__getitem__, both)))))
     return changed
 
 
@@ -130,7 +135,9 @@ def kept_resolutions(old: SymbolIndex, new: SymbolIndex, resolved: dict, reads: 
     """The resolutions made on `old` (and their read tokens) that hold on `new`: those whose tokens
     name no entry that changed."""
     changed = changed_reads(old, new)
-    kept = [key for key, tokens in reads.items() if not tokens & changed]
+    if not changed:
+        return dict(resolved), dict(reads)
+    kept = [key for key, tokens in reads.items() if tokens.isdisjoint(changed)]  # no set made per key
     return {key: resolved[key] for key in kept}, {key: reads[key] for key in kept}
 
 

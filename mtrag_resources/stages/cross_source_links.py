@@ -7,6 +7,7 @@ import json
 import os
 import threading
 from collections import Counter
+from operator import attrgetter
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.doc_links import (INDEXED_LABELS, SymbolIndex, add_link, kept_resolutions, link_for,
@@ -92,7 +93,7 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
     index = SymbolIndex()
     entities: dict[str, GraphNode] = {}
     for _sid, nodes, inherits, imports in inputs:
-        entities.update((n.node_id, n) for n in nodes)
+        entities.update(zip(map(_NODE_ID, nodes), nodes))  # in C: django's 12k nodes, ~12 ms as a generator
         index.add_nodes(nodes)
         index.add_relations(entities, inherits)
         index.add_imports(imports)
@@ -106,6 +107,7 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
 
 
 _KEEP_RESOLUTIONS = False  # keep_link_resolutions()
+_NODE_ID = attrgetter("node_id")
 
 
 def keep_link_resolutions() -> None:
