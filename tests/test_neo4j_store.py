@@ -122,6 +122,26 @@ def test_warm_up_plans_and_rehearses_every_write_and_writes_nothing(neo4j_store,
         neo4j_store.delete_source(LINKS_SOURCE)
 
 
+def test_warm_up_reads_what_a_links_delta_reads(neo4j_store, sid, monkeypatch):
+    """The links delta counts what the projection holds after its write: warm_up sends that very read
+    (a just-started server planned it in the first watch batch: 0.18 s of Django's links stage)."""
+    nodes, rels, chunks = code_graph(sid)
+    neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    try:
+        first = rel(sid, "MENTIONS", "a", "b")
+        neo4j_store.write_links("l1", [first])
+        sent: list[str] = []
+        real_read = neo4j_store._read
+        monkeypatch.setattr(neo4j_store, "_read", lambda query, **params: sent.append(query) or real_read(query, **params))
+        neo4j_store.warm_up([sid])
+        warmed, sent[:] = set(sent), []
+        second = rel(sid, "MENTIONS", "a", "c")
+        assert neo4j_store.write_links_delta("l2", "l1", [second], [], {"MENTIONS": 2}) is not None
+        assert sent and set(sent) <= warmed
+    finally:
+        neo4j_store.delete_source(LINKS_SOURCE)
+
+
 def test_warm_serving_plans_the_reads_a_query_sends_and_writes_nothing(neo4j_store, sid, monkeypatch):
     """warm_serving runs, with nothing to match, the very statements (the plan cache's keys) that an
     exact hit's call paths, the paths command's defaults and the doc -> code bridge send."""
