@@ -135,7 +135,7 @@ def kept_resolutions(old: SymbolIndex, new: SymbolIndex, resolved: dict, reads: 
     """The resolutions made on `old` (and their read tokens) that hold on `new`: those whose tokens
     name no entry that changed."""
     changed = changed_reads(old, new)
-    if not changed:
+    if not changed and resolved.keys() == reads.keys():  # every resolution holds (the keys compared in C)
         return dict(resolved), dict(reads)
     kept = [key for key, tokens in reads.items() if tokens.isdisjoint(changed)]  # no set made per key
     return {key: resolved[key] for key in kept}, {key: reads[key] for key in kept}
