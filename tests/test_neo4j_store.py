@@ -132,7 +132,8 @@ def test_warm_up_reads_what_a_links_delta_reads(neo4j_store, sid, monkeypatch):
         neo4j_store.write_links("l1", [first])
         sent: list[str] = []
         real_read = neo4j_store._read
-        monkeypatch.setattr(neo4j_store, "_read", lambda query, **params: sent.append(query) or real_read(query, **params))
+        monkeypatch.setattr(neo4j_store, "_read",
+                            lambda query, **params: sent.append(query) or real_read(query, **params))
         neo4j_store.warm_up([sid])
         warmed, sent[:] = set(sent), []
         second = rel(sid, "MENTIONS", "a", "c")
