@@ -647,8 +647,7 @@ class Neo4jStore:
         stats = _WriteStats()
         commit = (self._MARKER, {"sid": projection, "gen": generation, "state": COMMITTED})
         self._execute(session, steps, stats, progress, merge_of=merge_of)  # deletions and nodes first
-        if not self._merge_relations(session, projection, plan.creates, stats, progress, commit,
-                                     stats.created_ids):
+        if not self._merge_relations(session, projection, plan.creates, stats, progress, commit):
             self._set_marker(projection, generation, COMMITTED, session)  # nothing went last
         return stats
 
@@ -683,12 +682,13 @@ class Neo4jStore:
 
     def _merge_relations(self, session, projection: str, creates: dict[tuple[str, bool], list[list]],
                          stats: "_WriteStats", progress: Callable[[str, int], None] | None,
-                         commit: tuple[str, dict], created_ids: dict[str, int]) -> bool:
+                         commit: tuple[str, dict]) -> bool:
         """CREATE the new and changed relationships (their endpoints MATCHed by node_id; a row whose
         endpoint is missing creates nothing and counts as skipped); the last transaction also runs
         `commit`. Returns whether some transaction ran it. Endpoints this write CREATEd are found
-        by the internal ids their CREATE returned (`created_ids`): a record lookup instead of two
-        seeks in the node_id index per row (a first write's bulk)."""
+        by the internal ids their CREATE returned (`stats.created_ids`): a record lookup instead of
+        two seeks in the node_id index per row (a first write's bulk)."""
+        created_ids = stats.created_ids
         steps = []
         for (t, replaces), rows in creates.items():
             by_id, by_key = [], []
@@ -714,18 +714,20 @@ class Neo4jStore:
 
     @staticmethod
     def _create_rel_statement(rel_type: str) -> str:
-        t = check_rel_type(rel_type)
-        return (_KEEP_PLAN + "UNWIND $rows AS row "
-                "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
-                "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) "
-                f"CREATE (a)-[r:{t} {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
+        return Neo4jStore._create_rel(rel_type, "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
+                                                "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) ")
 
     @staticmethod
     def _create_rel_by_id_statement(rel_type: str) -> str:
         """_create_rel_statement for rows whose endpoints are internal node ids (`_RETURN_IDS`)."""
+        return Neo4jStore._create_rel(rel_type, "MATCH (a) WHERE id(a) = row[0] MATCH (b) WHERE id(b) = row[1] ")
+
+    @staticmethod
+    def _create_rel(rel_type: str, ends: str) -> str:
+        """CREATE a `rel_type` relationship per row [src, dst, *REL_FIELDS], its ends found by `ends`."""
         t = check_rel_type(rel_type)
-        return (_KEEP_PLAN + "UNWIND $rows AS row MATCH (a) WHERE id(a) = row[0] MATCH (b) WHERE id(b) = row[1] "
-                f"CREATE (a)-[r:{t} {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
+        return (_KEEP_PLAN + "UNWIND $rows AS row " + ends
+                + f"CREATE (a)-[r:{t} {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
 
     def warm_up(self, source_ids: Iterable[str] = ()) -> int:
         """Plan every statement a write sends, each with no rows (nothing is written), so that the
