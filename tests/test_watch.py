@@ -111,12 +111,17 @@ def files_of(symbol: str) -> set[str]:
     return {h["file_path"] for h in query(symbol)["hits"] if h["symbol"] == symbol}
 
 
+def journal_entries() -> list[dict]:
+    """The watch journal's entries, oldest first ([] before the first batch)."""
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.publish.journal import journal_path
+    journal = journal_path(Settings.from_env())
+    return [json.loads(line) for line in journal.read_text().splitlines()] if journal.exists() else []
+
+
 def burst_entries(files: set[str]) -> list[dict]:
     """The watch journal's entries that name any of `files`."""
-    from mtrag_resources.core.config import Settings
-    journal = Settings.from_env().manifest_dir / "journal.jsonl"
-    entries = [json.loads(line) for line in journal.read_text().splitlines()] if journal.exists() else []
-    return [e for e in entries if files & {f["file"] for f in e["files"]}]
+    return [e for e in journal_entries() if files & {f["file"] for f in e["files"]}]
 
 
 def generation() -> int:
@@ -161,8 +166,7 @@ def test_watch_applies_edits_renames_and_deletes_and_converges_after_kill_9(mtra
     finally:
         watch.stop()
     published = generation()
-    from mtrag_resources.core.config import Settings
-    journal = [json.loads(line) for line in (Settings.from_env().manifest_dir / "journal.jsonl").read_text().splitlines()]
+    journal = journal_entries()
     assert {f["file"] for entry in journal for f in entry["files"]} >= {"src/shopcart/tax.py", "src/shopcart/moved.py"}
     assert journal[-1]["generation"] == published
     # each fast-lane batch records where its time went: every asset of the source, and the globals
@@ -284,5 +288,5 @@ def test_watch_follows_a_git_ref_new_commits_publish_uncommitted_edits_do_not(tm
     finally:
         watch.stop()
     from mtrag_resources.core.config import Settings
-    journal = [json.loads(line) for line in (Settings.from_env().manifest_dir / "journal.jsonl").read_text().splitlines()]
+    journal = journal_entries()
     assert {"source": "calc", "commit": sha} in journal[-1]["commits"]
