@@ -46,6 +46,7 @@ class World:
     server: Neo4jServer
     reader: IndexReader
     tmpfs: bool
+    no_tmpfs: str = ""  # why no tmpfs was mounted
 
     @property
     def settings(self) -> Settings:
@@ -66,12 +67,14 @@ class World:
         tax.write_text("\n".join(lines) + "\n")
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
+def _mount_tmpfs(path: Path, size: str) -> str:
+    """Mount a tmpfs of `size` at `path`: "" when mounted, else why not (the disk-full tests say it
+    in their skip reason: where CI runs as root they run, and a refused mount is named)."""
     if os.geteuid() != 0:
-        return False
+        return "mounting a tmpfs needs root (CAP_SYS_ADMIN) and this test runs as another user"
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
                           capture_output=True, text=True)
-    return proc.returncode == 0
+    return "" if proc.returncode == 0 else f"`mount -t tmpfs` was refused: {proc.stderr.strip()[:200]}"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +82,8 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     disk = root / "disk"
     disk.mkdir()
-    tmpfs = _mount_tmpfs(disk, TMPFS_SIZE)
+    no_tmpfs = _mount_tmpfs(disk, TMPFS_SIZE)
+    tmpfs = not no_tmpfs
     server = Neo4jServer(Settings(home=root / "neo4j-home"))
     reader = None
     started: dict = {}
@@ -113,7 +117,7 @@ def world(tmp_path_factory):
             mp.delenv("MTRAG_FAULT", raising=False)
             build()
             reader = IndexReader(home=str(home), log_proposals=False)
-            yield World(root, home, corpus, server, reader, tmpfs)
+            yield World(root, home, corpus, server, reader, tmpfs, no_tmpfs)
     finally:
         if reader is not None:
             reader.close()
@@ -327,7 +331,7 @@ def _fill(path: Path) -> int:
 
 def _needs_a_small_disk(world: World) -> None:
     if not world.tmpfs:
-        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); no small filesystem to fill")
+        pytest.skip(f"no small filesystem to fill: {world.no_tmpfs}")
 
 
 def _filler(world: World) -> Path:
