@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, add_change_arguments, built_home, git_commit, rss_mb, write_json  # noqa: E402
+from bench.common import REPO, add_change_arguments, built_home, git_commit, rss_mb, stop_neo4j, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -78,7 +78,7 @@ def main() -> None:
             path.write_bytes(data)
         mtrag(WAYS["process"], env)
         mtrag(["build-server", "stop"], env)
-        subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
+        stop_neo4j(env)
     summary = {w: {c: {"min": min(v), "median": round(statistics.median(v), 3)} for c, v in per_change.items()}
                for w, per_change in walls.items()}
     ratio = {c: round(summary["server"][c]["median"] / summary["process"][c]["median"], 3)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, add_change_arguments, built_home, git_commit, write_json  # noqa: E402
+from bench.common import REPO, add_change_arguments, built_home, git_commit, stop_neo4j, write_json  # noqa: E402
 
 APPENDED = '''
 
@@ -82,7 +82,7 @@ def main() -> None:
     out = {"summary": summary, "head_over_base_min": ratio, "rounds": walls, "base": str(trees["base"]),
            "base_commit": git_commit(trees["base"]), "head_commit": git_commit(REPO)}
     write_json(args.out, out)
-    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
+    stop_neo4j(env)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,12 @@ def write_json(path: str | None, data: dict) -> None:
         Path(path).write_text(text + "\n")
 
 
+def stop_neo4j(env: dict) -> None:
+    """`mtrag neo4j stop` for the home `env` names: a bench stops the local server its builds
+    started (`mtrag build` leaves it running for the next command), or its JVM outlives the run."""
+    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
+
+
 def wipe_work(work: Path) -> None:
     """Remove a bench work folder, stopping the Neo4j server of its home first: deleting a running
     server's home leaves an orphan JVM (~600 MB, and CPU the next measurements lose)."""

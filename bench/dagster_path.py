@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, mtrag_env, stop_group, write_json  # noqa: E402
+from bench.common import REPO, mtrag_env, stop_group, stop_neo4j, write_json  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TIMEOUT_S = 600
@@ -99,7 +99,7 @@ def main() -> None:
     finally:
         stop_group(daemon)
         log.close()
-        subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
+        stop_neo4j(env)
     from mtrag_assets.sensors import CHANGE_POLL_S
     result = {"sensor_interval_s": CHANGE_POLL_S, "rounds": rounds,
               "queryable_s": min(r["queryable_s"] for r in rounds),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, fetch_sdist, mtrag_env, percentile, run_mtrag, wipe_work, write_json  # noqa: E402
+from bench.common import REPO, fetch_sdist, mtrag_env, percentile, run_mtrag, stop_neo4j, wipe_work, write_json  # noqa: E402
 
 MODES = ("hybrid", "dense", "lexical", "exact")
 # Sphinx roles (:func:`x`) and their MyST form ({func}`x`), optionally "title <target>".
@@ -180,6 +180,8 @@ def main() -> None:
                                          ("doc_section", doc_sections, "code", True)):
         results[name] = {mode: score(reader, qset, mode, kind, recall_all) for mode in MODES}
     results["bridge"] = {"hybrid": score_bridge(reader, whole_sections)}
+    reader.close()
+    stop_neo4j(env)  # the build started the work home's server
     b = results["bridge"]["hybrid"]
     print(f"bridge over {b['n']} whole sections: recall {b['recall']}, precision {b['precision']}, "
           f"{b['refused']} refused, {b['symbols_per_answer']} symbols per answer")

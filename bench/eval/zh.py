@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, mtrag_env, percentile, run_mtrag, wipe_work, write_json  # noqa: E402
+from bench.common import REPO, mtrag_env, percentile, run_mtrag, stop_neo4j, wipe_work, write_json  # noqa: E402
 
 SEEDS = Path("/work/shared/seeds")
 QUESTIONS = Path(__file__).with_name("zh_questions.yaml")
@@ -300,6 +300,8 @@ def main() -> None:
                                               "mean_hits": hit_counts[mode]})
         systems[f"mtrag-{mode}+parent"] = {"scores": score(ranks_p, qs)}
     reader.close()
+    if not args.home:  # the server this run's build started (a --home's is the user's)
+        stop_neo4j(env)
 
     wins = windows(seeds_dir)
     ranks, tops, extra = naive_trigram(wins, qs)
