@@ -31,9 +31,22 @@ def load_current(manifest_dir: Path) -> dict | None:
 
 
 def latest_number(manifest_dir: Path) -> int:
-    numbers = [int(m.group(1)) for p in Path(manifest_dir).glob("manifest-*.json")
-               if (m := MANIFEST_RE.match(p.name))]
-    return max(numbers, default=0)
+    """The highest N of the folder's manifest-N.json files. A process that publishes again and
+    again (the watch) lists the folder once: the manifests are never renamed, so its last answer
+    holds while that file exists, and only the numbers after it are looked for (a listing of
+    every generation ever published grew with the history: ~5 ms a publish at 2k)."""
+    key = str(manifest_dir)
+    number = _LATEST.get(key)
+    if number is None or not manifest_path(manifest_dir, number).exists():
+        number = max((int(m.group(1)) for p in Path(manifest_dir).glob("manifest-*.json")
+                      if (m := MANIFEST_RE.match(p.name))), default=0)
+    while manifest_path(manifest_dir, number + 1).exists():
+        number += 1
+    _LATEST[key] = number
+    return number
+
+
+_LATEST: dict[str, int] = {}  # manifest folder -> the highest number latest_number found there
 
 
 def publish(manifest_dir: Path, manifest: dict) -> Path:
