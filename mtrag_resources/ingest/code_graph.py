@@ -224,10 +224,7 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
             tokens.update(("qn", args[2][0]) for _rel_id, _ends, args in attempts)  # add's by_qn lookup
             file_imports[id(pf)] = _FileCalls(pf, frozenset(tokens), {}, attempts)
 
-    nodes: dict[str, GraphNode] = {}
-    for pf in parsed:
-        for node in pf.nodes:
-            nodes.setdefault(node.node_id, node)
+    nodes: dict[str, GraphNode] = dict(resolver.by_id)  # every file's nodes, the first of an id: as by_id
     for endpoint in compose_endpoints([f for pf in parsed for f in pf.routes], resolver.aliases):
         targets, verified = resolver.handler(endpoint)
         node_id = endpoint_node_id(source_id, endpoint["name"])
