@@ -1,6 +1,8 @@
 """stores/page_cache.py: a long-lived reader reads its newly loaded collections through once."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from mtrag_resources.stores.page_cache import data_extents, read_through
@@ -38,3 +40,18 @@ def test_read_through_skips_what_is_gone_and_stops_when_asked(tmp_path):
     assert read_through([tmp_path / "missing", tmp_path / "a"]) == 300
     calls = []
     assert read_through([tmp_path / "a"], stop=lambda: calls.append(1) or len(calls) > 1) == 100
+
+
+def test_read_through_skips_the_files_it_read_before_hard_links_included(tmp_path):
+    """A published version hard-links the files a change left alone: a reader's next generation
+    reads only its new files through."""
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "segment.dat").write_bytes(b"s" * 5000)
+    (tmp_path / "v1" / "appendable.dat").write_bytes(b"a" * 70)
+    known: set = set()
+    assert read_through([tmp_path / "v1"], known=known) == 5070
+    (tmp_path / "v2").mkdir()
+    os.link(tmp_path / "v1" / "segment.dat", tmp_path / "v2" / "segment.dat")
+    (tmp_path / "v2" / "appendable.dat").write_bytes(b"b" * 90)  # a copy: a new file
+    assert read_through([tmp_path / "v2"], known=known) == 90
+    assert read_through([tmp_path / "v2"]) == 5090  # without `known`: everything

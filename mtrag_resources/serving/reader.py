@@ -131,6 +131,7 @@ class ReaderCore:
         self._switching = threading.Lock()         # one thread opens a new generation at a time
         self._switch_retry_at = 0.0
         self.switch_error: str | None = None       # why the last switch to a new CURRENT failed
+        self._read_files: set = set()              # the files read through (page_cache.read_through)
         self._watching = threading.Event()         # a switch thread moves this reader (watch_current)
         self._stopped = threading.Event()
         self._embedder_lock = threading.Lock()
@@ -267,7 +268,7 @@ class ReaderCore:
             roots = [p for p in Path(folder).iterdir() if p.is_dir() and p.name not in skip]
         except OSError:  # closed meanwhile (a side-pool pass after the reader moved on)
             return
-        read_through(roots, stop=self._stopped.is_set)
+        read_through(roots, stop=self._stopped.is_set, known=self._read_files)
 
     def _moved(self, stamp=None) -> bool:
         stamp = self._stamp() if stamp is None else stamp

@@ -18,13 +18,23 @@ from pathlib import Path
 _BLOCK = 1 << 20
 
 
-def read_through(roots: list[Path], stop=None) -> int:
+# The most file identities a caller's `known` set holds before it starts over (~100 bytes each).
+MAX_KNOWN_FILES = 20_000
+
+
+def read_through(roots: list[Path], stop=None, known: set | None = None) -> int:
     """Read every regular file under `roots` once, sequentially; returns the bytes read. Best
     effort: a file that goes away (a closed generation's folder) is skipped. `stop()`, when given
-    and true, ends the pass early (the reader is closing)."""
+    and true, ends the pass early (the reader is closing). `known`: the identities (device, inode,
+    size, mtime) of the files this process read through before, skipped and updated: a published
+    version hard-links the files a change left alone, so a serving reader's next generation shares
+    their inodes, and their pages (django's code collection: ~30 MB read again on every switch,
+    11-16 ms of it)."""
     buffer = bytearray(_BLOCK)
     view = memoryview(buffer)
     total = 0
+    if known is not None and len(known) > MAX_KNOWN_FILES:
+        known.clear()
     for root in roots:
         for folder, _dirs, files in os.walk(root):
             for name in files:
@@ -32,7 +42,13 @@ def read_through(roots: list[Path], stop=None) -> int:
                     return total
                 try:
                     with open(os.path.join(folder, name), "rb", buffering=0) as fh:
-                        size = os.fstat(fh.fileno()).st_size
+                        st = os.fstat(fh.fileno())
+                        size = st.st_size
+                        if known is not None:
+                            identity = (st.st_dev, st.st_ino, size, st.st_mtime_ns)
+                            if identity in known:
+                                continue
+                            known.add(identity)
                         # Edge preallocates sparse files (WAL, mmaps): their holes are not read
                         extents = data_extents(fh.fileno(), size)
                         for pos, end in [(0, size)] if extents is None else extents:
