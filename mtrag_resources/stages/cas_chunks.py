@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from collections import Counter, OrderedDict
+from operator import itemgetter
 
 from mtrag_resources.core.arrow import pa, pc
 from mtrag_resources.core.atomic import write_bytes_atomic
@@ -377,8 +378,14 @@ def _remove_unused_facts(layout: SourceLayout, keys: set[str]) -> None:
     layout.tables.joinpath("facts.json.gz").unlink(missing_ok=True)  # the single file of older versions
 
 
+_CHUNK_ID = itemgetter("chunk_id")
+
+
 def _check_unique_ids(source_id: str, rows: list[dict]) -> None:
-    dupes = [cid for cid, n in Counter(r["chunk_id"] for r in rows).items() if n > 1]
+    ids = list(map(_CHUNK_ID, rows))
+    if len(set(ids)) == len(ids):  # the usual case, in C (counting django's 14k ids: ~4 ms a batch)
+        return
+    dupes = [cid for cid, n in Counter(ids).items() if n > 1]
     if dupes:
         clash = [r["locator"] for r in rows if r["chunk_id"] == dupes[0]]
         raise RuntimeError(f"source {source_id!r}: duplicate chunk ids ({len(dupes)}), e.g. {clash}")
