@@ -158,18 +158,19 @@ _VERSIONS = st.lists(st.lists(_NODE, max_size=6, unique_by=lambda n: n.id), min_
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(versions=_VERSIONS)
-def test_changed_rows_write_the_table_a_whole_write_does(tmp_path, versions):
+@given(versions=_VERSIONS, ordered=st.booleans())
+def test_changed_rows_write_the_table_a_whole_write_does(tmp_path, versions, ordered):
     """Version after version, the merged table is byte for byte the file write_rows writes for the
     same rows (so the data version does not depend on the path taken), whatever changed: rows new,
-    gone or changed, or a column going all null or getting its first value."""
+    gone or changed, or a column going all null or getting its first value; whether the caller
+    says the rows are in key order (`ordered`, as the graph stage does) or they are checked."""
     merged, whole = tmp_path / "merged.parquet", tmp_path / "whole.parquet"
     for p in (merged, whole):
         p.unlink(missing_ok=True)
     held: dict[str, Node] = {}
     for version in versions:
         rows = sorted((held.get(n.id) if held.get(n.id) == n else n for n in version), key=lambda n: n.id)
-        write_rows_changed(merged, rows, Node, "id")
+        write_rows_changed(merged, rows, Node, "id", ordered=ordered)
         write_rows(whole, rows, Node)
         assert merged.read_bytes() == whole.read_bytes()
         if rows:  # the held Arrow table (merged) and the file's column (whole) count as Counter does

@@ -497,6 +497,7 @@ class RowChanges:
     fresh_at: list[int] | None = None     # their positions in the new rows, in order
     replaced_at: list[int] | None = None  # theirs in the previous rows, in order
     renewed: list[tuple] | None = None    # (previous, new) instances of one row, equal by value
+    positions: dict[int, int] | None = None  # id of each new row -> its position (the next call's old)
 
 
 # The Arrow table of the last write_rows_changed per file, by file identity: the next write merges
@@ -513,20 +514,23 @@ _MAX_SLICED_ROWS = 256
 
 
 def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
-                       bucketing: Bucketing | None = None) -> RowChanges | None:
+                       bucketing: Bucketing | None = None, ordered: bool = False) -> RowChanges | None:
     """write_rows for a table of `row_type` instances sorted by their unique `pk`, that this process
     wrote last (its instances are held, cached_rows): only the rows that differ from those become
     Arrow columns, merged into the previous table (the others are the previous file's rows as they
     are), so a one-file change does not convert every row of the source again (django's graph:
     ~0.45 s of a watch batch for 40k nodes and 31k relations). The file is the one write_rows
     writes for the same rows. Returns the change, or None where it wrote the whole table (nothing
-    held, keys not unique or not sorted, a column whose type the change alters)."""
+    held, keys not unique or not sorted, a column whose type the change alters). `ordered`: the
+    caller made `rows` unique and sorted by `pk` (not checked again)."""
     path = Path(path)
     name = str(path.resolve())
     old = cached_rows(path, row_type)
     last = _CHANGES.get(name)
     # rows the last merge found unique and in key order are not checked again
-    changes = _row_changes(old, rows, pk, checked=last is not None and old is last[1]) if old is not None else None
+    follows = last is not None and old is last[1]  # the previous rows are the last merge's rows after
+    changes = _row_changes(old, rows, pk, checked=follows, ordered=ordered,
+                           old_at=last[2].positions if follows else None) if old is not None else None
     merged = _merged(path, _ARROW.get(name), changes, rows, pk) if changes is not None else None
     if merged is None:
         _CHANGES.pop(name, None)
@@ -633,12 +637,13 @@ def hold_arrow(path: Path) -> None:
         _ARROW[str(path.resolve())] = (key, _read_as_built(path))
 
 
-def _row_changes(old: list, new: list, pk: str, checked: bool = False) -> RowChanges | None:
+def _row_changes(old: list, new: list, pk: str, checked: bool = False, ordered: bool = False,
+                 old_at: dict[int, int] | None = None) -> RowChanges | None:
     """The rows of `new` that are not in `old` as they are, and those of `old` they replace or that
-    went; None where either list is not unique and in key order (`checked`: `old` is known to be)."""
+    went; None where either list is not unique and in key order (`checked`: `old` is known to be;
+    `ordered`: `new` is). `old_at`: {id: position} of `old`'s rows, where a call made it already."""
     key_of = operator.attrgetter(pk)
-    keys = list(map(key_of, new))
-    if not _strictly_increasing(keys):
+    if not ordered and not _strictly_increasing(list(map(key_of, new))):
         return None  # not unique, or not in key order: the table is not a keyed merge of rows
     if not checked and not _strictly_increasing(list(map(key_of, old))):
         return None  # rows read from a file another writer wrote: not in key order
@@ -646,20 +651,24 @@ def _row_changes(old: list, new: list, pk: str, checked: bool = False) -> RowCha
     # matched by identity in C, and only those new or gone by identity are looked at (building a
     # key dict of django's 31.5k previous relations touched every one of them: ~25 ms a batch).
     new_at = dict(zip(map(id, new), range(len(new))))
-    old_at = dict(zip(map(id, old), range(len(old))))
+    if old_at is None:
+        old_at = dict(zip(map(id, old), range(len(old))))
     gone = {key_of(old[i]): i for i in sorted(old_at[k] for k in old_at.keys() - new_at.keys())}
     fresh_at, renewed = [], []
     for position in sorted(new_at[k] for k in new_at.keys() - old_at.keys()):
-        row, was = new[position], gone.get(keys[position])
+        row = new[position]
+        key = key_of(row)
+        was = gone.get(key)
         # an equal row of another object: vars() compared, dicts compare in C where a
         # dataclass's __eq__ builds two tuples in Python
         if was is not None and vars(old[was]) == vars(row):
-            del gone[keys[position]]
+            del gone[key]
             renewed.append((old[was], row))
         else:
             fresh_at.append(position)
     replaced_at = sorted(gone.values())
-    return RowChanges([new[i] for i in fresh_at], [old[i] for i in replaced_at], fresh_at, replaced_at, renewed)
+    return RowChanges([new[i] for i in fresh_at], [old[i] for i in replaced_at], fresh_at, replaced_at, renewed,
+                      new_at)
 
 
 def _strictly_increasing(keys: list) -> bool:
