@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtrag_resources.stages.fts_db import SOURCE_WIDE_KINDS, plan_delta
+from mtrag_resources.stores.fts_query import entry_alias, file_anchors, source_alias
 from mtrag_resources.stores.fts_store import FtsStore
 
 pytestmark = pytest.mark.unit
@@ -146,3 +147,20 @@ def test_an_appended_function_rewrites_its_row_and_the_module_only(tmp_path):
                                      SOURCE_WIDE_KINDS, refiled_chunk_ids=plan.refiled)
     store.close()
     assert (stats["inserted_rows"], stats["deleted_rows"], stats["child_rows"]) == (2, 2, 5)
+
+
+_ANCHOR_ROW = st.fixed_dictionaries({
+    "chunk_id": st.text("abcdef0123", min_size=1, max_size=6),
+    "file_path": st.sampled_from(["", "README.md", "pkg/__init__.py", "pkg/a.py", "docs/index.rst", "b.py", "x/y/z.py"]),
+    "chunk_type": st.sampled_from(["file", "module", "function", "section", "page"]),
+    "parent_id": st.sampled_from(["", None, "p1"]),
+    "start_line": st.integers(0, 40),
+})
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(_ANCHOR_ROW, max_size=12))
+def test_the_source_alias_of_a_delta_is_the_one_of_every_files_anchor(rows):
+    """entry_alias ranks only the entry file's rows: the alias every file's anchors give."""
+    anchors = file_anchors(rows)
+    assert entry_alias(rows, "src") == (source_alias(anchors, "src") if anchors else None)

@@ -15,8 +15,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_fts
 from mtrag_resources.core.versions import CODE_VERSIONS
-from mtrag_resources.stores.fts_query import (delta_aliases, derive_aliases, endpoint_aliases, file_anchors,
-                                              issue_aliases, rows_to_rewrite, source_alias)
+from mtrag_resources.stores.fts_query import (delta_aliases, derive_aliases, endpoint_aliases, entry_alias,
+                                              issue_aliases, rows_to_rewrite)
 from mtrag_resources.stores.table_delta import ProjectedTables, diff_tables
 from mtrag_resources.stores.tables import held_table, read_shared, read_table, table_exists
 from mtrag_resources.stages.common import StageResult, digest_json, projected_tables, timed
@@ -122,9 +122,9 @@ def plan_delta(source_id: str, rows: list[dict], old_file_rows: list[dict], chan
     rewrite = rows_to_rewrite(file_rows, old_file_rows, changed)
     file_rows = [dict(r, text=text_of(r)) if r["chunk_id"] in rewrite else r for r in file_rows]
     aliases = delta_aliases(file_rows, rewrite)
-    anchors = file_anchors(rows)
-    if anchors:
-        aliases.append(source_alias(anchors, source_id))
+    alias = entry_alias(rows, source_id)
+    if alias:
+        aliases.append(alias)
     return DeltaPlan(drop=sorted(rewrite | set(removed_ids)), rows=[r for r in file_rows if r["chunk_id"] in rewrite],
                      aliases=aliases, refiled=[r["chunk_id"] for r in old_file_rows])
 

@@ -452,8 +452,22 @@ def file_anchors(rows: list[dict]) -> dict[str, dict]:
 def source_alias(anchors: dict[str, dict], source_id: str) -> tuple[str, str, str]:
     """The source id as an alias of its entry file's anchor (README/index/__init__ preferred,
     then the shallowest path)."""
-    def entry_rank(fp: str) -> tuple:
-        base = posixpath.basename(fp).lower()
-        preferred = base.startswith(("readme", "index", "__init__"))
-        return (0 if preferred else 1, fp.count("/"), fp)
-    return (source_id, "source_id", anchors[min(anchors, key=entry_rank)]["chunk_id"])
+    return (source_id, "source_id", anchors[min(anchors, key=_entry_rank)]["chunk_id"])
+
+
+def _entry_rank(fp: str) -> tuple:
+    base = posixpath.basename(fp).lower()
+    preferred = base.startswith(("readme", "index", "__init__"))
+    return (0 if preferred else 1, fp.count("/"), fp)
+
+
+def entry_alias(rows: list[dict], source_id: str) -> tuple[str, str, str] | None:
+    """source_alias(file_anchors(rows), source_id), or None without a file: the entry file is
+    chosen among the paths first and only its rows are ranked (ranking every row of django's 14k
+    for one alias was ~14 ms of each FTS delta)."""
+    files = {r.get("file_path") or "" for r in rows}
+    files.discard("")
+    if not files:
+        return None
+    entry = min(files, key=_entry_rank)
+    return source_alias(file_anchors([r for r in rows if r.get("file_path") == entry]), source_id)
