@@ -158,7 +158,8 @@ def build_canonical_graph(settings: Settings, spec: SourceSpec) -> StageResult:
             # cost more than it saves), writes the buckets whose content changed, and the store
             # stages compare those buckets.
             base = identity(path)
-            changes = write_rows_changed(path, rows, row_type, pk, bucketing, ordered=True)  # sorted above, ids unique
+            # sorted above; the ids are unique (dict keys)
+            changes = write_rows_changed(path, rows, row_type, pk, bucketing, ordered=True)
             logged[path.stem] = describe_changes(record_row_changes(path, base, pk, changes))
         for legacy in _LEGACY_TABLES:
             (layout.graph / legacy).unlink(missing_ok=True)
