@@ -1,7 +1,7 @@
 """The code location `dagster dev` loads (workspace.yaml)."""
 import dagster as dg
 
-from mtrag_resources.core.gc_tuning import tune_gc
+from mtrag_resources.core.gc_tuning import freeze_startup, tune_gc
 
 from mtrag_assets.canonical_graph import canonical_graph
 from mtrag_assets.cas_chunks import cas_chunks
@@ -41,3 +41,5 @@ defs = dg.Definitions(
     sensors=[sources_sync, source_changes, publish_automation],
     resources={"mtrag": MtragResource.from_environment(), "index_reader": IndexReaderResource()},
 )
+
+freeze_startup()  # what is loaded by now lives as long as the process (core/gc_tuning.py)

@@ -23,3 +23,11 @@ def tune_gc() -> None:
     current = gc.get_threshold()
     wanted = (YOUNG_THRESHOLD, MIDDLE_THRESHOLD, OLD_THRESHOLD)
     gc.set_threshold(*(max(c, w) for c, w in zip(current, wanted)))
+
+
+def freeze_startup() -> None:
+    """Move every object alive now to the permanent generation: called once the code location is
+    loaded (the modules of Dagster, its dependencies and mtrag, the definitions), which then live
+    as long as the process. The middle and full collections of a build no longer walk them again:
+    in an own-process `mtrag build` on django the middle ones fell from ~0.2 s to ~0.025 s."""
+    gc.freeze()
