@@ -1,4 +1,5 @@
-"""The watch pauses the cyclic collector for a fast-lane batch and puts it back as it was."""
+"""The cyclic collector in mtrag's processes: paused for a fast-lane batch and put back as it was;
+the loaded code location frozen out of later collections."""
 from __future__ import annotations
 
 import gc
@@ -29,3 +30,10 @@ def test_a_failed_batch_puts_the_collector_back_and_a_disabled_one_stays_off():
         assert not gc.isenabled()  # a caller that turned it off keeps it off
     finally:
         gc.enable()
+
+
+def test_loading_the_code_location_freezes_what_it_loaded():
+    """The objects of the loaded code location go to the permanent generation (core/gc_tuning.py):
+    a build's middle and full collections do not walk them again."""
+    import mtrag_assets.definitions  # noqa: F401 - loading it is what is tested
+    assert gc.get_freeze_count() > 100_000
