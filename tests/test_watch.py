@@ -287,6 +287,5 @@ def test_watch_follows_a_git_ref_new_commits_publish_uncommitted_edits_do_not(tm
         assert watch.stop() == 0, watch.output()
     finally:
         watch.stop()
-    from mtrag_resources.core.config import Settings
     journal = journal_entries()
     assert {"source": "calc", "commit": sha} in journal[-1]["commits"]
