@@ -17,8 +17,6 @@ its opening: ~0.1 s warm on django, ~0.4 s cold) until another process asks for 
 the loop sees within LOOP_TICK_MS, or KEEP_QDRANT_OPEN_S pass without a change."""
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import signal
 import threading
@@ -27,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.gc_tuning import collections_after
 from mtrag_resources.core.layout import spec_root
 from mtrag_resources.ingest.globs import matches_any
 from mtrag_resources.ingest.snapshot import load_inventory
@@ -51,21 +50,6 @@ KEEP_QDRANT_OPEN_S = 600.0
 LOOP_TICK_MS = 200
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 WATCH_NICE = "10"
-
-
-@contextlib.contextmanager
-def collections_after():
-    """The cyclic collector paused for one fast-lane batch: its collections (~2 young ones of
-    ~11 ms and now and then a middle one of ~0.17 s per django batch, on the batch's path) run once
-    it has published, when the collector is back on. A fast batch's rows hold no cycles; the
-    little cyclic garbage it makes waits until then."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def watch_niceness() -> int:
@@ -274,6 +258,8 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         changed = {sid: {rel for rel in (_named(p, roots[sid]) for p in paths) if rel is not None}
                    for sid in targets if sid in roots} if paths else None
         try:
+            # a batch's collections (~2 young ones of ~11 ms and now and then a middle one of ~0.17
+            # s per django batch) run once it has published, not on its path
             with collections_after():
                 batch = run_batch(settings, specs, targets, log=lambda line: None, keep_qdrant=True, changed=changed)
         except Exception as exc:  # noqa: BLE001 - the next batch converges through a run

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from mtrag_assets.watch import collections_after
+from mtrag_resources.core.gc_tuning import collections_after
 
 pytestmark = pytest.mark.unit
 

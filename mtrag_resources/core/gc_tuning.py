@@ -1,4 +1,4 @@
-"""The cyclic garbage collector's thresholds for mtrag's processes.
+"""The cyclic garbage collector in mtrag's processes: its thresholds, what it skips, when it waits.
 
 A build or a watch batch allocates millions of short-lived rows (chunk, node and relation dicts and
 dataclasses) while the process keeps a few hundred thousand long-lived ones (the decoded-table and
@@ -11,6 +11,7 @@ but the rare cyclic garbage. Serving is unaffected in kind: a young collection o
 millisecond or two."""
 from __future__ import annotations
 
+import contextlib
 import gc
 
 YOUNG_THRESHOLD = 50_000   # allocations minus deallocations between young collections
@@ -31,3 +32,17 @@ def freeze_startup() -> None:
     as long as the process. The middle and full collections of a build no longer walk them again:
     in an own-process `mtrag build` on django the middle ones fell from ~0.2 s to ~0.025 s."""
     gc.freeze()
+
+
+@contextlib.contextmanager
+def collections_after():
+    """The cyclic collector paused for a stretch of work, and back on as it was after it: its
+    collections run once the work is done (`mtrag watch` around a fast-lane batch, whose rows
+    hold no cycles; the little cyclic garbage the work makes waits until then)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
