@@ -35,11 +35,12 @@ def source_node_id(source_id: str) -> str:
 @dataclass
 class _FileGraph:
     """One file version's part of its source's graph: its nodes, the source's CONTAINS edge to its
-    File / Page / Issue node and its own relations, each by id, first one winning (the ParsedFile:
-    cas_chunks' memo, the same object while the file is unchanged)."""
+    File / Page / Issue node and its own relations, each by id, first one winning, and its import
+    rows (the ParsedFile: cas_chunks' memo, the same object while the file is unchanged)."""
     parsed: ParsedFile
     nodes: dict[str, GraphNode]
     relations: dict[str, GraphRelation]
+    imports: list[dict]
 
 
 # Per source, the last assembly's file parts by the ParsedFile's id (the object is held): a batch
@@ -68,7 +69,7 @@ def _file_graph(source_node: GraphNode, source_id: str, parsed: ParsedFile, last
     for r in parsed.relations:
         r.source_id = source_id
         relations.setdefault(r.rel_id, r)
-    return _FileGraph(parsed, nodes, relations)
+    return _FileGraph(parsed, nodes, relations, _file_import_rows(parsed))
 
 
 def assemble_graph(spec: SourceSpec, parsed_files) -> tuple[list[GraphNode], list[GraphRelation], list]:
@@ -112,25 +113,18 @@ def _file_import_rows(parsed: ParsedFile) -> list[dict]:
              "alias": imp.get("alias") or ""} for imp in parsed.imports]
 
 
-# Per source: each file's import rows by its ParsedFile (held, as _FILE_GRAPHS), and the rows per
-# file last written with the table's identity after that write.
-_FILE_IMPORTS: dict[str, dict[int, tuple[ParsedFile, list[dict]]]] = {}
+# Per source, the import rows per file last written, with the table's identity after that write.
 _IMPORTS_WRITTEN: dict[str, tuple[list | None, list[list[dict]]]] = {}
 
 
 def write_imports(layout: SourceLayout, source_id: str, parsed_files) -> list[dict]:
     """Every import statement of the source, in file order, written to its imports table unless
-    it holds them already: an unchanged file's rows are the same list as last time, and only the
-    changed files' are compared (comparing all of django's 6k rows by value was ~12 ms of each
-    watch batch)."""
-    last = _FILE_IMPORTS.get(source_id, {})
-    files: dict[int, tuple[ParsedFile, list[dict]]] = {}
-    groups: list[list[dict]] = []
-    for _path, parsed in parsed_files:
-        was = last.get(id(parsed))
-        groups.append(was[1] if was is not None and was[0] is parsed else _file_import_rows(parsed))
-        files[id(parsed)] = (parsed, groups[-1])
-    _FILE_IMPORTS[source_id] = files
+    it holds them already: an unchanged file's rows are the same list as last time (its _FileGraph
+    from assemble_graph), and only the changed files' are compared (comparing all of django's 6k
+    rows by value was ~12 ms of each watch batch)."""
+    parts = _FILE_GRAPHS.get(source_id, {})
+    groups = [part.imports if (part := parts.get(id(parsed))) is not None and part.parsed is parsed
+              else _file_import_rows(parsed) for _path, parsed in parsed_files]
     rows = [row for group in groups for row in group]
     written = _IMPORTS_WRITTEN.get(source_id)
     if not (written is not None and written[0] is not None and written[0] == identity(layout.imports)
