@@ -126,11 +126,12 @@ def write_imports(layout: SourceLayout, source_id: str, parsed_files) -> list[di
     groups = [part.imports if (part := parts.get(id(parsed))) is not None and part.parsed is parsed
               else _file_import_rows(parsed) for _path, parsed in parsed_files]
     rows = [row for group in groups for row in group]
-    written = _IMPORTS_WRITTEN.get(source_id)
-    if not (written is not None and written[0] is not None and written[0] == identity(layout.imports)
+    written, table = _IMPORTS_WRITTEN.get(source_id), identity(layout.imports)
+    if not (written is not None and table is not None and written[0] == table
             and len(written[1]) == len(groups) and all(a is b or a == b for a, b in zip(written[1], groups))):
         write_rows(layout.imports, rows)
-    _IMPORTS_WRITTEN[source_id] = (identity(layout.imports), groups)
+        table = identity(layout.imports)
+    _IMPORTS_WRITTEN[source_id] = (table, groups)
     return rows
 
 
