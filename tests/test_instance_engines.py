@@ -152,3 +152,59 @@ def test_kept_connections_commit_without_fsync_only_to_wal_files_and_existing_ta
     fresh.event_log_storage.wipe()
     assert fresh.event_log_storage.has_table("dynamic_partitions")
     assert calls.count("dynamic_partitions") == 2
+
+
+SCHEMA = """
+import json, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+print(json.dumps({"objects": sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()),
+                  "alembic": conn.execute("SELECT version_num FROM alembic_version").fetchall(),
+                  "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0]}))
+"""
+
+
+def _schema(path) -> dict:
+    out = subprocess.run([sys.executable, "-c", SCHEMA, str(path)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.integration
+def test_new_run_shards_are_written_from_a_template_equal_to_what_dagster_makes(tmp_path, monkeypatch):
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    from mtrag_assets import instance_engines
+
+    # What Dagster itself makes of a new run shard, in a storage without kept engines.
+    plain = SqliteEventLogStorage(str(tmp_path / "plain"))
+    with plain.run_connection("reference"):
+        pass
+    reference = _schema(tmp_path / "plain" / "reference.db")
+    assert reference["journal_mode"] == "wal" and reference["alembic"]
+
+    monkeypatch.setattr(instance_engines, "_TEMPLATE", instance_engines._ShardTemplate())
+    made: list[str] = []
+    make = instance_engines._ShardTemplate._make
+    monkeypatch.setattr(instance_engines._ShardTemplate, "_make",
+                        staticmethod(lambda storage: made.append("template") or make(storage)))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    instance = dg.DagsterInstance.get()
+    reuse_sqlite_engines(instance)
+    runs = [dg.materialize([tiny_asset], instance=instance).run_id for _ in range(3)]
+    assert made == ["template"]  # made once, for the first new shard; the others copied it
+
+    runs_dir = tmp_path / "home" / "history" / "runs"
+    for run_id in runs:
+        assert _schema(runs_dir / f"{run_id}.db") == reference
+        assert len(instance.get_records_for_run(run_id).records) > 10
+    assert not [p.name for p in runs_dir.iterdir() if p.name.endswith(".part")]
+    seen = json.loads(subprocess.run([sys.executable, "-c", READ_BACK], capture_output=True, text=True,
+                                     check=True).stdout.strip().splitlines()[-1])
+    assert seen["runs"] == ["SUCCESS"] * 3 and seen["tiny"] == 3
+
+    # A shard whose file exists (an earlier process's run) is not written over: _initdb checks it.
+    before = (runs_dir / f"{runs[0]}.db").stat()
+    assert instance_engines._TEMPLATE.write(instance.event_log_storage, runs[0]) is False
+    assert (runs_dir / f"{runs[0]}.db").stat().st_ino == before.st_ino
+    assert instance_engines._TEMPLATE.write(instance.event_log_storage, "index") is False
