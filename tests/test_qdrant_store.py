@@ -564,3 +564,51 @@ def test_a_reader_removes_dead_readers_folders_and_keeps_live_ones(tmp_path: Pat
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_an_edge_shard_is_flushed_again_only_after_an_update(tmp_path: Path) -> None:
+    """A publish flushes every collection: one with no update since its last flush is skipped, and
+    every kind of update (upsert, delete, payload index, optimize) makes the next flush run."""
+    from types import SimpleNamespace
+
+    from qdrant_client import models
+
+    from mtrag_resources.stores.qdrant_edge_client import EdgeClient
+
+    class Counting:  # the real shard, its flushes counted
+        def __init__(self, shard):
+            self.shard, self.flushes = shard, 0
+
+        def flush(self):
+            self.flushes += 1
+            self.shard.flush()
+
+        def __getattr__(self, name):
+            return getattr(self.shard, name)
+
+    (tmp_path / "q").mkdir()
+    client = EdgeClient(tmp_path / "q")
+    client.create_collection("c", SimpleNamespace(size=DIM, distance="Cosine"))
+    shard = client._shards["c"] = Counting(client._shards["c"])
+    client.flush("c")
+    client.flush("c")
+    assert shard.flushes == 1
+    point = SimpleNamespace(id=1, vector=[1.0] * DIM, payload={"k": "v"})
+    for update in (lambda: client.upsert("c", [point]),
+                   lambda: client.create_payload_index("c", "k", "keyword"),
+                   lambda: client.delete("c", models.PointIdsList(points=[1])),
+                   lambda: client.upsert("c", [point]),
+                   lambda: client.optimize("c")):
+        before = shard.flushes
+        update()
+        client.flush("c")
+        client.flush("c")
+        assert shard.flushes == before + 1
+    client._shards["c"] = shard.shard
+    client.close()
+    # what the flushes made durable: a client in a new folder handle sees the point
+    reopened = EdgeClient(tmp_path / "q")
+    try:
+        assert reopened.count("c").count == 1
+    finally:
+        reopened.close()
