@@ -35,11 +35,6 @@ def _edge():
     return qdrant_edge
 
 
-# Shards flushed with no update since, by id (each held here, so its id is not another's while it
-# is in): a publish flushes every collection, and a shard with nothing new still took ~3.5 ms of
-# the GIL to flush at django's size. A shard loaded or created is not in until its first flush.
-_CLEAN: dict[int, Any] = {}
-
 # Per thread, what a shard load waits for first (paced_loads).
 _PACING = threading.local()
 
@@ -180,6 +175,11 @@ class EdgeClient:
         self._shards: dict[str, Any] = {name: shard for name, (shard, _home) in (adopted or {}).items()}
         self.homes: dict[str, Path] = {name: Path(home) for name, (_shard, home) in (adopted or {}).items()}
         self._owned: set[str] = set()
+        # The collections flushed with no update through this client since: a publish flushes every
+        # collection, and a shard with nothing new still took ~3.5 ms of the GIL to flush at django's
+        # size. One loaded, created or adopted is not in until its first flush here (the updates of
+        # a collection go through the client that writes it, which is the one that flushes it).
+        self._clean: set[str] = set()
         try:
             for folder in sorted(self.root.iterdir()):
                 if folder.is_dir() and folder.name not in self._shards and is_edge_shard(folder):
@@ -228,6 +228,7 @@ class EdgeClient:
             str(self.root / name), edge_config(int(vectors_config.size), distance))
         self.homes[name] = self.root / name
         self._owned.add(name)
+        self._clean.discard(name)
 
     def create_payload_index(self, name: str, field: str, schema: Any) -> None:
         q = _edge()
@@ -237,7 +238,7 @@ class EdgeClient:
     def delete_collection(self, name: str) -> None:
         shard = self._shards.pop(name, None)
         self.homes.pop(name, None)
-        _CLEAN.pop(id(shard), None)
+        self._clean.discard(name)
         if shard is not None and name in self._owned:
             shard.close()
         self._owned.discard(name)
@@ -270,7 +271,7 @@ class EdgeClient:
         try:
             shard.update(op)
         finally:  # after the update: a flush that began before it does not count it as flushed
-            _CLEAN.pop(id(shard), None)
+            self._clean.discard(name)
 
     def retrieve(self, name: str, ids: list, with_payload: bool = True,
                  with_vectors: bool = False) -> list:
@@ -299,27 +300,26 @@ class EdgeClient:
     def flush(self, name: str) -> None:
         """Make the collection's updates durable; nothing to do where none came since its last flush."""
         shard = self._shards.get(name)
-        if shard is None or _CLEAN.get(id(shard)) is shard:
+        if shard is None or name in self._clean:
             return
-        _CLEAN[id(shard)] = shard  # before the flush: an update meanwhile takes it out again
+        self._clean.add(name)  # before the flush: an update meanwhile takes it out again
         try:
             shard.flush()
         except BaseException:
-            _CLEAN.pop(id(shard), None)
+            self._clean.discard(name)
             raise
 
     def optimize(self, name: str) -> None:
         """Drop deleted points for good (Edge only marks them until its optimizer runs)."""
         if name in self._shards:
-            shard = self._shards[name]
             try:
-                shard.optimize()
+                self._shards[name].optimize()
             finally:
-                _CLEAN.pop(id(shard), None)
+                self._clean.discard(name)
 
     def close(self) -> None:
         """Close the shards this client owns (not the adopted ones another client still holds)."""
         shards, owned, self._shards, self._owned = self._shards, self._owned, {}, set()
+        self._clean = set()
         for name in owned:
-            _CLEAN.pop(id(shards[name]), None)
             shards[name].close()
