@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import tempfile
 import threading
 from collections import OrderedDict
@@ -112,15 +111,13 @@ class _ShardTemplate:
         folder = tempfile.mkdtemp(prefix="mtrag-run-shard-")
         try:
             engine = create_engine(create_db_conn_string(folder, "template"), poolclass=NullPool)
-            storage._initdb(engine)
-            engine.dispose()
-            path = os.path.join(folder, "template.db")
-            conn = sqlite3.connect(path)
-            try:  # everything in the main file, none of it left in a WAL beside it
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            try:
+                storage._initdb(engine)
+                with engine.connect() as conn:  # everything in the main file, none left in a WAL beside it
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             finally:
-                conn.close()
-            with open(path, "rb") as fh:
+                engine.dispose()
+            with open(os.path.join(folder, "template.db"), "rb") as fh:
                 return fh.read()
         finally:
             shutil.rmtree(folder, ignore_errors=True)
