@@ -20,12 +20,12 @@ object changes; PostgreSQL storages keep their own pools. Written for Dagster 1.
 pyproject.toml): a storage without the methods this replaces is left as it is."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
 
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
@@ -130,16 +130,17 @@ class _ShardTemplate:
             return False
         content = self.content(storage)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.part"  # not `*.db`: no run shard to Dagster
-        with open(tmp, "wb") as fh:
-            fh.write(content)
-            fh.flush()
-            os.fsync(fh.fileno())
         try:
+            with open(tmp, "wb") as fh:
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.link(tmp, path)  # whole or not at all, and never over a file another process made
         except FileExistsError:
             return False
         finally:
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         return True
 
 
@@ -149,7 +150,7 @@ _TEMPLATE = _ShardTemplate()
 def _event_log_connect(storage: SqliteEventLogStorage, engines: _Engines):
     """`SqliteEventLogStorage._connect` (Dagster 1.13) with a kept engine per shard file, a new run
     shard written from the template."""
-    @contextmanager
+    @contextlib.contextmanager
     def _connect(shard: str):
         with storage._db_lock:
             engine = engines.get(storage.conn_string_for_shard(shard))
@@ -165,7 +166,7 @@ def _event_log_connect(storage: SqliteEventLogStorage, engines: _Engines):
 
 def _single_file_connect(storage, engines: _Engines):
     """`SqliteRunStorage.connect` / `SqliteScheduleStorage.connect` with a kept engine."""
-    @contextmanager
+    @contextlib.contextmanager
     def connect():
         with engines.get(storage._conn_string).connect() as conn, conn.begin():
             yield conn
