@@ -606,7 +606,7 @@ def test_an_edge_shard_is_flushed_again_only_after_an_update(tmp_path: Path) -> 
         assert shard.flushes == before + 1
     client._shards["c"] = shard.shard
     client.close()
-    # what the flushes made durable: a client in a new folder handle sees the point
+    # what the flushes made durable: a new client of the folder sees the point
     reopened = EdgeClient(tmp_path / "q")
     try:
         assert reopened.count("c").count == 1
