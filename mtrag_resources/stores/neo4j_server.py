@@ -43,7 +43,7 @@ from pathlib import Path
 
 from mtrag_resources.core.errors import StoreError
 from mtrag_resources.core.config import Settings, env
-from mtrag_resources.core.processes import alive
+from mtrag_resources.core.processes import alive, command_line
 
 NEO4J_VERSION = "5.26.30"  # newest 5.26.x LTS on Maven Central when this was written; runs on Java 17/21
 MAIN_CLASS = "org.neo4j.server.CommunityEntryPoint"
@@ -256,16 +256,8 @@ class Neo4jServer:
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        try:
-            import psutil
-
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            cmd = proc.cmdline()
-        except Exception:  # noqa: BLE001 - gone, zombie or not ours
-            return None
-        if MAIN_CLASS in cmd and f"--home-dir={self.home}" in cmd:
+        cmd = command_line(pid)
+        if cmd and MAIN_CLASS in cmd and f"--home-dir={self.home}" in cmd:
             return pid
         return None
 

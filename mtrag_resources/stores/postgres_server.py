@@ -38,6 +38,7 @@ from pathlib import Path
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import StoreError
+from mtrag_resources.core.processes import command_line
 from mtrag_resources.stores.neo4j_server import _file_lock, _free_port, _port_free, _wait_gone
 
 USER = "mtrag"
@@ -145,15 +146,7 @@ class PostgresServer:
     # process bookkeeping
     def _is_ours(self, pid: int) -> bool:
         """`pid` is a live postmaster of this home's data folder (not a reused pid, not a zombie)."""
-        try:
-            import psutil
-
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return False
-            cmd = proc.cmdline()
-        except Exception:  # noqa: BLE001 - gone, zombie or not ours
-            return False
+        cmd = command_line(pid)
         return bool(cmd) and Path(cmd[0]).name == "postgres" and "-D" in cmd \
             and cmd[cmd.index("-D") + 1:cmd.index("-D") + 2] == [str(self.data_dir)]
 
