@@ -9,6 +9,10 @@ embedded defaults, each step its own process:
   delete     one docs file removed, checked gone from Qdrant, FTS and Neo4j
              (nochange, append, insert and delete run --rounds rounds; the fastest counts, every
              round is in *_rounds_s; each build's publish reports the bytes it wrote)
+  server_*   the same rounds again through `mtrag build-server` (`mtrag build`'s default path,
+             MTRAG_BUILD_SERVER=auto: a server started on the built home, stopped after):
+             server_append_s, server_insert_s, server_delete_s, server_nochange_s, server_ready_s,
+             server_rss_mb
   cli        `mtrag query --json` per mode, one process each (wall seconds)
   http       `mtrag serve`, warm, sequential queries per mode: p50 / p95 ms; server RSS
   switch     a client queries the server without pause while `mtrag build` publishes a change:
@@ -35,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.build import gone_everywhere, latest, mtrag_build, run_measured  # noqa: E402
-from bench.common import REPO, fetch_sdist, mtrag_env, percentile, wipe_work, write_json  # noqa: E402
+from bench.common import REPO, fetch_sdist, mtrag_env, percentile, rss_mb, wipe_work, write_json  # noqa: E402
 from bench.http_load import free_port, peak_rss_mb, request, start_server, stop_server, wait_healthy  # noqa: E402
 
 DJANGO = "django==5.2.19"
@@ -135,6 +139,21 @@ def edit_rounds(corpus: Path, env: dict, rounds: int, originals: dict) -> dict:
     return result
 
 
+def server_rounds(corpus: Path, env: dict, rounds: int, originals: dict) -> dict:
+    """edit_rounds through a build server (`mtrag build` hands a build to the home's server where
+    one runs: the default path), as `server_*` keys, with the server's start-up and RSS."""
+    print("mtrag build-server ...", flush=True)
+    cli = [sys.executable, "-m", "mtrag_assets.cli"]
+    started = json.loads(run_measured([*cli, "build-server", "start", "--json"], env)["output"])
+    try:
+        result = {f"server_{k}": v for k, v in edit_rounds(corpus, env, rounds, originals).items()}
+        result["server_ready_s"] = started["ready_s"]
+        result["server_rss_mb"] = rss_mb(started["pid"])
+    finally:
+        run_measured([*cli, "build-server", "stop"], env)
+    return result
+
+
 def cli_latency(env: dict) -> dict:
     out = {}
     for mode in MODES:
@@ -226,6 +245,7 @@ def main() -> None:
     result["neo4j"] = [{k: n.get(k) for k in ("total_relationships", "seconds", "relationships_per_s")} for n in neo]
     originals: dict[str, bytes] = {}  # what the rounds and the switch change, put back at the end
     result.update(edit_rounds(corpus, env, args.rounds, originals))
+    result.update(server_rounds(corpus, env, args.rounds, originals))
     print("CLI queries ...", flush=True)
     result["cli_query"] = cli_latency(env)
     port = free_port()
