@@ -44,6 +44,7 @@ ENVIRONMENT: dict[str, Variable] = {
     "MTRAG_NEO4J_HEAP": Variable("1g", "the local Neo4j's Java heap"),
     "MTRAG_NEO4J_PAGECACHE": Variable("64m", "the local Neo4j's page cache (the store files it keeps in memory)"),
     "MTRAG_NEO4J_JIT": Variable("tiered", "the local Neo4j's JIT mode (tiered, c1)"),
+    "MTRAG_NEO4J_CDS": Variable("on", "`off`: the local Neo4j neither makes nor maps a class-data archive"),
     "MTRAG_NEO4J_BOLT_PORT": Variable("a free port", "the local Neo4j's Bolt port"),
     "MTRAG_NEO4J_CACHE": Variable("$MTRAG_CACHE_DIR/neo4j", "where the local Neo4j's jars are resolved to"),
     "MTRAG_MVN": Variable("`mvn` on PATH", "the Maven used to resolve Neo4j's jars"),

@@ -44,6 +44,7 @@ from pathlib import Path
 from mtrag_resources.core.errors import StoreError
 from mtrag_resources.core.config import Settings, env
 from mtrag_resources.core.processes import alive, command_line
+from mtrag_resources.stores import neo4j_cds
 
 NEO4J_VERSION = "5.26.30"  # newest 5.26.x LTS on Maven Central when this was written; runs on Java 17/21
 MAIN_CLASS = "org.neo4j.server.CommunityEntryPoint"
@@ -328,7 +329,9 @@ internal.dbms.bolt.netty_server_shutdown_timeout=2
         self.conf_file.write_text(conf)
 
     def command(self, lib: Path) -> list[str]:
-        return [find_java(), f"-Xms{min_heap(self.heap)}", f"-Xmx{self.heap}", *JVM_FLAGS, *jit_flags(),
+        java = find_java()
+        return [java, f"-Xms{min_heap(self.heap)}", f"-Xmx{self.heap}", *JVM_FLAGS, *jit_flags(),
+                *neo4j_cds.archive_flags(java, lib, self.version),
                 "-cp", f"{lib}/*", MAIN_CLASS, f"--home-dir={self.home}",
                 f"--config-dir={self.home / 'conf'}", "--console-mode"]
 
@@ -565,7 +568,11 @@ def cli_stop(settings: Settings) -> dict:
 
 
 def cli_status(settings: Settings) -> dict:
-    return Neo4jServer(settings).status()
+    server = Neo4jServer(settings)
+    status = server.status()
+    pid = server._pid() if status["running"] else None
+    # the class-data archive its JVM maps (stores/neo4j_cds.py): None before one is made
+    return {**status, "class_data_archive": neo4j_cds.mapped_archive(pid) if pid else None}
 
 
 def main(argv: list[str] | None = None) -> int:
