@@ -117,7 +117,7 @@ def test_a_launch_makes_the_archive_in_the_background_and_the_next_server_maps_i
         while not archive.is_file():
             assert time.monotonic() < deadline, (archive.parent / f"{archive.stem}.log").read_text()
             time.sleep(0.2)
-        assert not list(archive.parent.glob("tmp*"))  # made beside its name, then renamed
+        assert not list(archive.parent.glob(f"{archive.stem}.tmp*"))  # made beside its name, then renamed
     finally:
         server.stop()
     try:
@@ -146,8 +146,12 @@ def test_a_failed_dump_is_recorded_and_not_started_again(tmp_path, monkeypatch):
     bad.write_bytes(gzip.compress(b"java/lang/Object\n@lambda-proxy " + b"x" * 8000 + b"\n"))
     archive = tmp_path / "cds" / "k.jsa"
     archive.parent.mkdir()
+    killed = archive.parent / "k.tmpold"  # what a dump killed mid-way left
+    killed.mkdir()
+    (killed / "k.jsa").write_bytes(b"partial")
     assert neo4j_cds.dump(find_java(), lib, bad, archive, niceness=0) == 1
     assert not archive.exists() and "exit" in archive.with_suffix(".failed").read_text()
+    assert not killed.exists()
     # archive_flags: that key's failure is on record, so a launch boots plain and starts no dump
     monkeypatch.setattr(neo4j_cds, "classlist_path", lambda version: bad)
     monkeypatch.setattr(neo4j_cds, "cds_dir", lambda lib: archive.parent)

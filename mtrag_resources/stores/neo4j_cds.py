@@ -21,6 +21,7 @@ import fcntl
 import gzip
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -123,7 +124,9 @@ def dump(java: str, lib: Path, classlist: Path, archive: Path, niceness: int = 1
             return 0
         if niceness:
             os.nice(niceness)  # the launch that started it boots a server and a build embeds meanwhile
-        with tempfile.TemporaryDirectory(dir=archive.parent) as tmp:
+        for stale in archive.parent.glob(f"{archive.stem}.tmp*"):  # a killed dump's
+            shutil.rmtree(stale, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix=f"{archive.stem}.tmp", dir=archive.parent) as tmp:
             plain = Path(tmp) / "classes.lst"
             plain.write_bytes(gzip.decompress(classlist.read_bytes()))
             partial = Path(tmp) / archive.name
