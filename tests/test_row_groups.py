@@ -72,6 +72,25 @@ def test_an_unchanged_group_is_not_converted_again(tmp_path, monkeypatch):
     assert path.stat().st_mtime_ns == stat.st_mtime_ns and converted == [1]
 
 
+def test_kept_neighbours_are_one_slice_of_the_held_table(tmp_path, monkeypatch):
+    """A file removed from the middle of 40: the table is made of the two runs of kept files around
+    it, not a slice per file (django's docs: ~650 slices cast and joined, ~0.1 s a change)."""
+    path = tmp_path / "references.parquet"
+    groups = [[_ref(f, n, "a.b", "") for n in range(5)] for f in range(40)]
+    write_row_groups(path, groups, DocReference)
+    joined = []
+    real = tables._as_inferred
+    monkeypatch.setattr(tables, "_as_inferred", lambda parts: joined.append(len(parts)) or real(parts))
+    changed = groups[:17] + groups[18:]
+    write_row_groups(path, changed, DocReference)
+    assert joined == [2]
+    assert read_shared(path, DocReference) == [r for g in changed for r in g]
+    changed = [*changed[:5], [_ref(99, 0, "c", "")], *changed[5:]]  # a file added among them
+    write_row_groups(path, changed, DocReference)
+    assert joined == [2, 3]
+    assert read_shared(path, DocReference) == [r for g in changed for r in g]
+
+
 def test_rows_the_process_holds_for_the_file_are_not_written_again(tmp_path):
     """A process that read the table (the watch's warm-up) and has no groups of it yet: the same
     rows write nothing, as write_rows."""

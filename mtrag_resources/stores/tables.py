@@ -593,16 +593,22 @@ def _regrouped(old_groups: list[list], old: pa.Table, groups: list[list]) -> pa.
         pos += len(group)
     if len(groups) == len(old_groups) and all(a is b for a, b in zip(groups, old_groups)):
         return True
-    parts: list = []
+    # Kept groups that stood next to each other stay one slice: a part per file was a cast and a
+    # concatenation per file (django's docs: ~650 parts, ~0.2 s for a one-file change).
+    parts: list = []  # [start, length] of a run of the old table, or a new group's table
     for group in groups:
         slot = at.get(id(group))
         if slot is not None and slot[1] == len(group):
-            parts.append(old.slice(*slot))
+            if parts and type(parts[-1]) is list and parts[-1][0] + parts[-1][1] == slot[0]:
+                parts[-1][1] += slot[1]
+            else:
+                parts.append(list(slot))
         elif group:
             columns, flat = _dataclass_columns(group)
             if columns is None or not flat:
                 return None
             parts.append(pa.table(columns))
+    parts = [old.slice(*part) if type(part) is list else part for part in parts]
     return _as_inferred(parts) if parts else None
 
 
