@@ -67,9 +67,32 @@ def dagster_instance(settings: Settings, log=None) -> dg.DagsterInstance:
         raise ConfigError(f"{path} cannot be used as it is: " + "; ".join(map(str, plan.errors))
                           + ("" if plan.managed else "; it is your file (no mtrag marker line), which mtrag does not "
                                                      "overwrite: edit it, or delete it and mtrag writes its own"))
+    def key() -> tuple:
+        return (str(home), _file_identity(path), settings.dagster_pg_url,
+                *(_file_identity(home / folder) for folder in _SQLITE_FOLDERS))
+    if _INSTANCE[0] == key():
+        return _INSTANCE[1]
     instance = dg.DagsterInstance.get()
     reuse_sqlite_engines(instance)  # one kept connection per SQLite file (instance_engines.py)
+    _INSTANCE[:] = [key(), instance]  # after: the storages make their folders
     return instance
+
+
+# The last instance made, with what it was made from (DAGSTER_HOME, its dagster.yaml's identity,
+# the PostgreSQL URL, the SQLite storages' folders): a build server builds again and again at one
+# home, and a new instance per build made its storages, their engines and SQLAlchemy's statement
+# caches anew (~0.1 s a build, py-spy on django). A changed file or home makes a new one, and so
+# does a storage folder removed and made again (kept connections would write to deleted files).
+_INSTANCE: list = [None, None]
+_SQLITE_FOLDERS = ("history", "schedules")  # runs and event logs; schedules
+
+
+def _file_identity(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size if path.is_file() else 0, st.st_mtime_ns if path.is_file() else 0
 
 
 def _process_tags() -> dict:

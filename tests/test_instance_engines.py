@@ -208,3 +208,35 @@ def test_new_run_shards_are_written_from_a_template_equal_to_what_dagster_makes(
     assert instance_engines._TEMPLATE.write(instance.event_log_storage, runs[0]) is False
     assert (runs_dir / f"{runs[0]}.db").stat().st_ino == before.st_ino
     assert instance_engines._TEMPLATE.write(instance.event_log_storage, "index") is False
+
+
+@pytest.mark.integration
+def test_a_build_process_keeps_its_instance_while_home_and_file_stay(tmp_path, monkeypatch):
+    """The build server builds at one home again and again: one instance (its storages, kept
+    engines and statement caches) serves them; another DAGSTER_HOME or an edited dagster.yaml gets
+    a new one, which reads and writes where the file says."""
+    from mtrag_assets.runner import dagster_instance
+    from mtrag_resources.core.config import Settings
+    monkeypatch.delenv("MTRAG_DAGSTER_PG_URL", raising=False)
+    settings = Settings(home=tmp_path)
+
+    def at(name: str) -> dg.DagsterInstance:
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / name))
+        return dagster_instance(settings)
+
+    instance = at("a")
+    assert at("a") is instance
+    instance.add_dynamic_partitions("sources", ["kept"])
+    assert at("a").get_dynamic_partitions("sources") == ["kept"]
+    other = at("b")
+    assert other is not instance and other.get_dynamic_partitions("sources") == []
+    again = at("a")  # back to the first home: made anew, reads what was written there
+    assert again is not instance and again.get_dynamic_partitions("sources") == ["kept"]
+    import shutil
+    shutil.rmtree(tmp_path / "a" / "history")  # the runs and event logs removed under a kept instance
+    fresh = at("a")
+    assert fresh is not again and fresh.get_dynamic_partitions("sources") == []
+    again = fresh
+    yaml_file = tmp_path / "a" / "dagster.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "\n# a user's note\n")  # an edited file
+    assert at("a") is not again
