@@ -56,13 +56,25 @@ def test_grouped_writes_hold_what_write_rows_holds(tmp_path_factory, steps):
         assert read_shared(path, DocReference) == rows
 
 
-def test_an_unchanged_group_is_not_converted_again(tmp_path, monkeypatch):
+def _written(tmp_path, files: int, per_file: int) -> tuple:
+    """A references table written from `files` groups of `per_file` rows: (its path, the groups)."""
     path = tmp_path / "references.parquet"
-    groups = [[_ref(f, n, "a.b", "") for n in range(50)] for f in range(4)]
+    groups = [[_ref(f, n, "a.b", "") for n in range(per_file)] for f in range(files)]
     write_row_groups(path, groups, DocReference)
-    converted = []
-    real = tables._dataclass_columns
-    monkeypatch.setattr(tables, "_dataclass_columns", lambda rows: converted.append(len(rows)) or real(rows))
+    return path, groups
+
+
+def _sizes_passed_to(monkeypatch, name: str) -> list[int]:
+    """The length of what each call of tables.`name` gets from now on."""
+    sizes: list[int] = []
+    real = getattr(tables, name)
+    monkeypatch.setattr(tables, name, lambda arg: sizes.append(len(arg)) or real(arg))
+    return sizes
+
+
+def test_an_unchanged_group_is_not_converted_again(tmp_path, monkeypatch):
+    path, groups = _written(tmp_path, files=4, per_file=50)
+    converted = _sizes_passed_to(monkeypatch, "_dataclass_columns")
     changed = [groups[0], [_ref(1, 0, "c", "")], groups[2], groups[3]]
     write_row_groups(path, changed, DocReference)
     assert converted == [1]  # the one changed file's rows
@@ -75,12 +87,8 @@ def test_an_unchanged_group_is_not_converted_again(tmp_path, monkeypatch):
 def test_kept_neighbours_are_one_slice_of_the_held_table(tmp_path, monkeypatch):
     """A file removed from the middle of 40: the table is made of the two runs of kept files around
     it, not a slice per file (django's docs: ~650 slices cast and joined, ~0.1 s a change)."""
-    path = tmp_path / "references.parquet"
-    groups = [[_ref(f, n, "a.b", "") for n in range(5)] for f in range(40)]
-    write_row_groups(path, groups, DocReference)
-    joined = []
-    real = tables._as_inferred
-    monkeypatch.setattr(tables, "_as_inferred", lambda parts: joined.append(len(parts)) or real(parts))
+    path, groups = _written(tmp_path, files=40, per_file=5)
+    joined = _sizes_passed_to(monkeypatch, "_as_inferred")
     changed = groups[:17] + groups[18:]
     write_row_groups(path, changed, DocReference)
     assert joined == [2]
