@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, git_commit, write_json  # noqa: E402
+from bench.common import REPO, git_commit, mtrag_env, stop_neo4j, write_json  # noqa: E402
 
 FIGURES = ("watch_append_s", "watch_append_p95_s", "watch_delete_s", "watch_batch_s",
            "watch_serve_hybrid_p50_ms", "watch_serve_hybrid_p95_ms", "watch_serve_hybrid_max_ms")
@@ -87,6 +87,10 @@ def main() -> None:
                 print(name, r + 1, runs[name][-1], flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        # the watches launched the home's Neo4j (from whichever tree ran first): stopped, or its JVM
+        # outlives the run
+        work = Path(args.work).resolve()
+        stop_neo4j(mtrag_env(work / "home", work / "sources.yaml"))
     summary = {t: {k: _median([x[k] for x in v if x[k] is not None]) for k in FIGURES} for t, v in runs.items()}
     ratio = {k: round(summary["head"][k] / summary["base"][k], 3) for k in FIGURES
              if summary["base"][k] and summary["head"][k]}
