@@ -86,7 +86,7 @@ def main() -> None:
     server = Neo4jServer(Settings(home=Path(tempfile.gettempdir())))
     lib = resolve_jars(server.version)
     classlist = neo4j_cds.classlist_path(server.version)
-    archive = neo4j_cds.cds_dir(lib) / f"{neo4j_cds.archive_key(find_java(), lib, classlist)}.jsa"
+    archive = neo4j_cds.archive_path(find_java(), lib, classlist)
     if not archive.is_file():
         print("making the class-data archive ...", flush=True)
         t0 = time.perf_counter()

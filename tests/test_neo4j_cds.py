@@ -99,16 +99,12 @@ def private_cache(tmp_path, monkeypatch):
     return cache / "lib", classlist
 
 
-def _archive(lib: Path, classlist: Path) -> Path:
-    return neo4j_cds.cds_dir(lib) / f"{neo4j_cds.archive_key(find_java(), lib, classlist)}.jsa"
-
-
 @pytest.mark.integration
 @pytest.mark.neo4j
 @pytest.mark.slow  # boots three Neo4j JVMs of its own
 def test_a_launch_makes_the_archive_in_the_background_and_the_next_server_maps_it(tmp_path, private_cache):
     lib, classlist = private_cache
-    archive = _archive(lib, classlist)
+    archive = neo4j_cds.archive_path(find_java(), lib, classlist)
     server = Neo4jServer(Settings(home=tmp_path / "home"))
     try:
         server.start()  # no archive yet: this boot goes without, and a dump starts beside it
@@ -155,8 +151,7 @@ def test_a_failed_dump_is_recorded_and_not_started_again(tmp_path, monkeypatch):
     # archive_flags: that key's failure is on record, so a launch boots plain and starts no dump
     monkeypatch.setattr(neo4j_cds, "classlist_path", lambda version: bad)
     monkeypatch.setattr(neo4j_cds, "cds_dir", lambda lib: archive.parent)
-    key = neo4j_cds.archive_key(find_java(), lib, bad)
-    os.replace(archive.with_suffix(".failed"), archive.parent / f"{key}.failed")
+    os.replace(archive.with_suffix(".failed"), neo4j_cds.archive_path(find_java(), lib, bad).with_suffix(".failed"))
     started = []
     monkeypatch.setattr(neo4j_cds, "start_dump", lambda *a: started.append(a))
     assert neo4j_cds.archive_flags(find_java(), lib, neo4j_version()) == [] and started == []

@@ -69,6 +69,12 @@ def cds_dir(lib: Path) -> Path:
     return lib.parent / "cds"
 
 
+def archive_path(java: str, lib: Path, classlist: Path) -> Path:
+    """Where the archive of this runtime, these jars and this class list is (or is to be) made;
+    its `.lock`, `.log` and `.failed` files are beside it."""
+    return cds_dir(lib) / f"{archive_key(java, lib, classlist)}.jsa"
+
+
 def archive_flags(java: str, lib: Path, version: str) -> list[str]:
     """The flags that map this runtime's archive where it is made; else [] (and, unless one runs
     or failed for this key, a dump is started in the background for later launches)."""
@@ -77,12 +83,10 @@ def archive_flags(java: str, lib: Path, version: str) -> list[str]:
     classlist = classlist_path(version)
     if not classlist.is_file():
         return []  # a Neo4j version no class list was recorded for
-    folder = cds_dir(lib)
-    key = archive_key(java, lib, classlist)
-    archive = folder / f"{key}.jsa"
+    archive = archive_path(java, lib, classlist)
     if archive.is_file():
         return [f"-XX:SharedArchiveFile={archive}"]
-    if not (folder / f"{key}.failed").exists() and not _dump_running(folder / f"{key}.lock"):
+    if not archive.with_suffix(".failed").exists() and not _dump_running(archive.with_suffix(".lock")):
         start_dump(java, lib, classlist, archive)
     return []
 
