@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import socket
+import stat
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -88,11 +89,13 @@ _SQLITE_FOLDERS = ("history", "schedules")  # runs and event logs; schedules
 
 
 def _file_identity(path: Path) -> tuple | None:
+    """A file by inode, size and time; a folder by its inode alone (its time moves with every run
+    file made in it); None where it is missing."""
     try:
         st = path.stat()
     except FileNotFoundError:
         return None
-    return st.st_ino, st.st_size if path.is_file() else 0, st.st_mtime_ns if path.is_file() else 0
+    return (st.st_ino,) if stat.S_ISDIR(st.st_mode) else (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _process_tags() -> dict:

@@ -5,6 +5,7 @@ the number of files held open is bounded; a wipe leaves no handle on a deleted f
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -232,11 +233,9 @@ def test_a_build_process_keeps_its_instance_while_home_and_file_stay(tmp_path, m
     assert other is not instance and other.get_dynamic_partitions("sources") == []
     again = at("a")  # back to the first home: made anew, reads what was written there
     assert again is not instance and again.get_dynamic_partitions("sources") == ["kept"]
-    import shutil
     shutil.rmtree(tmp_path / "a" / "history")  # the runs and event logs removed under a kept instance
     fresh = at("a")
     assert fresh is not again and fresh.get_dynamic_partitions("sources") == []
-    again = fresh
     yaml_file = tmp_path / "a" / "dagster.yaml"
     yaml_file.write_text(yaml_file.read_text() + "\n# a user's note\n")  # an edited file
-    assert at("a") is not again
+    assert at("a") is not fresh
