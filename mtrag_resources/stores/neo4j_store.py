@@ -944,12 +944,14 @@ class Neo4jStore:
     def chunk_count(self, source_id: str) -> int:
         """The source's chunk nodes (counts()["chunks"] in one query, for the publish gate)."""
         return self._read("MATCH (n:Entity) USING INDEX n:Entity(source_id) WHERE n.source_id = $sid "
-                          f"AND {_LABEL_EXPR.format(v='n')} = 'Chunk' RETURN count(n) AS n", sid=source_id)[0]["n"]
+                          "AND n:Chunk RETURN count(n) AS n", sid=source_id)[0]["n"]
 
     def chunk_counts(self, source_ids: list[str]) -> dict[str, int]:
-        """chunk_count of several sources in one query (the publish gate reads every source's)."""
+        """chunk_count of several sources in one query (the publish gate reads every source's). A
+        label test, not the kind label worked out of labels() as the other reads name it (a node has
+        one kind label): django's 62k entities, 21 -> 11 ms a publish."""
         rows = self._read("MATCH (n:Entity) USING INDEX n:Entity(source_id) WHERE n.source_id IN $sids "
-                          f"AND {_LABEL_EXPR.format(v='n')} = 'Chunk' RETURN n.source_id AS sid, count(n) AS n",
+                          "AND n:Chunk RETURN n.source_id AS sid, count(n) AS n",
                           sids=list(source_ids))
         counts = {r["sid"]: r["n"] for r in rows}
         return {sid: counts.get(sid, 0) for sid in source_ids}
