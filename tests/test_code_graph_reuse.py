@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from mtrag_resources.ingest import code_graph
 from mtrag_resources.ingest.chunking.code import chunk_code
+from mtrag_resources.core.models import GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.code_graph import resolve_code_graph
 
 pytestmark = pytest.mark.unit
@@ -93,7 +94,7 @@ def parse(modules: dict[str, list[str]]) -> list:
 
 
 _MEMOS = (code_graph._LAST_CALLS, code_graph._LAST_EDGES, code_graph._LAST_IDS, code_graph._LAST_FILES,
-          code_graph._LAST_IMPORTS)
+          code_graph._LAST_IMPORTS, code_graph._LAST_TABLES)
 
 
 def graph(nodes, relations) -> tuple:
@@ -209,3 +210,72 @@ def test_files_in_another_order_compare_every_name():
     old, new = code_graph._Resolver(first), code_graph._Resolver(list(reversed(first)))
     assert new._qn_changed(old) == {("qn", qn) for qn, _ in new._qn_entries().items() ^ old._qn_entries().items()}
     assert old._qn_memo is not None  # the fallback was taken
+
+
+TABLES = ("by_id", "by_qn", "language", "package", "methods_by_name", "members", "aliases", "stars", "module_index")
+
+
+def tables(resolver) -> dict:
+    """A resolver's symbol tables, their entries in order (the values by identity where they are nodes)."""
+    def entries(table):
+        return [(k, id(v) if isinstance(v, GraphNode) else v) for k, v in table.items()]
+    return {name: entries(getattr(resolver, name)) for name in TABLES}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(package, st.lists(edit, min_size=1, max_size=6))
+def test_tables_merged_from_the_files_parts_are_the_tables_built_file_by_file(modules, edits):
+    """A long-lived process builds a resolver's tables from each file's part (kept while the file is
+    the same ParsedFile): the same entries in the same order as the loop over every node."""
+    memo: dict = {}
+    for change in [None, *edits]:
+        modules = edited(modules, change) if change else modules
+        parsed = parse(modules)
+        merged = code_graph._Resolver(parsed, memo=memo)
+        assert merged.tables_merged
+        assert tables(merged) == tables(code_graph._Resolver(parsed))
+        # an unchanged file (the same ParsedFile) brings the part it had
+        assert all(merged.file_tables[id(pf)] is memo[id(pf)] for pf in parsed
+                   if id(pf) in memo and memo[id(pf)].parsed is pf)
+        memo = merged.file_tables
+
+
+def _file(path: str, nodes: list, defines: list[tuple[str, str]] = (), imports: list[dict] = ()) -> ParsedFile:
+    """A hand-made file: `nodes` (node_id, label, qualified_name), DEFINES relations (src, dst)."""
+    return ParsedFile(
+        nodes=[GraphNode(node_id=i, label=label, name=qn.rsplit(".", 1)[-1], qualified_name=qn, file_path=path)
+               for i, label, qn in nodes],
+        relations=[GraphRelation(rel_id=f"{a}>{b}", rel_type="DEFINES", src_id=a, dst_id=b) for a, b in defines],
+        imports=list(imports), language="python")
+
+
+def test_names_two_files_both_define_keep_the_first_file_s_entry_when_merged():
+    """Two files of one module name (`m.py` and `m/__init__.py`): each table keeps what the loop
+    keeps (the first file's node, member and alias; both files' methods and star imports)."""
+    def module(path, tag, bound):
+        return _file(path, [(f"m:{tag}", "Module", "m"), (f"f:{tag}", "Function", "m.x"), (f"c:{tag}", "Class", "m.C"),
+                            (f"s:{tag}", "Method", "m.C.save"), (f"t:{tag}", "Method", f"m.C.save_{tag}")],
+                     [(f"m:{tag}", f"f:{tag}"), (f"m:{tag}", f"c:{tag}"), (f"c:{tag}", f"s:{tag}")],
+                     [{"kind": "name", "module_qn": "m", "alias": "y", "bound": bound},
+                      {"kind": "star", "module_qn": "m", "alias": "", "bound": bound}])
+    files = [module("m.py", "a", "p.first"), module("m/__init__.py", "b", "p.second")]
+    merged = code_graph._Resolver(files, memo={})
+    assert merged.tables_merged
+    assert tables(merged) == tables(code_graph._Resolver(files))
+    assert merged.by_qn["m.x"].node_id == "f:a" and merged.aliases["m"] == {"y": "p.first"}
+    assert merged.stars["m"] == ["p.first", "p.second"] and merged.language == {"m": "python"}
+
+
+@pytest.mark.parametrize("case", ["node id in two files", "DEFINES into another file"])
+def test_files_whose_parts_cannot_be_merged_alone_take_the_loop(case):
+    """Which node a DEFINES relation reads depends on the files before it where a node id repeats or
+    the relation ends in another file: those resolvers are built by the loop, with the same tables."""
+    a = _file("a.py", [("m:a", "Module", "a"), ("f:x", "Function", "a.x")], [("m:a", "f:x")])
+    if case == "node id in two files":
+        b = _file("b.py", [("m:b", "Module", "b"), ("f:x", "Function", "b.x")], [("m:b", "f:x")])
+    else:
+        b = _file("b.py", [("m:b", "Module", "b")], [("m:b", "f:x")])
+    merged = code_graph._Resolver([a, b], memo={})
+    assert not merged.tables_merged
+    assert tables(merged) == tables(code_graph._Resolver([a, b]))
+    assert merged.members["a"] == {"x": "a.x"}  # the first file's node, read by both relations
