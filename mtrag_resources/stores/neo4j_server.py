@@ -269,8 +269,11 @@ class Neo4jServer:
             return None
 
     def status(self) -> dict:
-        running = self._pid() is not None
-        return {"running": running, "uri": self._uri() if running else None}
+        return self.status_of(self._pid())
+
+    def status_of(self, pid: int | None) -> dict:
+        """status() for the server's pid as `_pid()` just read it (None: not running)."""
+        return {"running": pid is not None, "uri": self._uri() if pid is not None else None}
 
     def log_tail(self, lines: int = 40) -> str:
         out = []
@@ -569,8 +572,8 @@ def cli_stop(settings: Settings) -> dict:
 
 def cli_status(settings: Settings) -> dict:
     server = Neo4jServer(settings)
-    status = server.status()
-    pid = server._pid() if status["running"] else None
+    pid = server._pid()  # read once: the status and the archive are of the same process
+    status = server.status_of(pid)
     # the class-data archive its JVM maps (stores/neo4j_cds.py): None before one is made
     return {**status, "class_data_archive": neo4j_cds.mapped_archive(pid) if pid else None}
 
