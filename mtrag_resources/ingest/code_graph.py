@@ -76,7 +76,7 @@ class _FileTables:
     by_qn: dict[str, GraphNode]
     language: dict[str, str]                    # module qn -> language (the last wins)
     package: dict[tuple[str, str], list[str]]   # (dir, language) -> module qns
-    methods: dict[tuple[str, str], list[str]]   # (language, name) -> method qns, no repeats
+    methods_by_name: dict[tuple[str, str], list[str]]  # (language, name) -> method qns, no repeats
     members: dict[str, dict[str, str]]          # container qn -> name -> qn
     stars: dict[str, list[str]]
     aliases: dict[str, dict[str, str]]
@@ -86,33 +86,42 @@ class _FileTables:
 
 
 def _file_tables(pf: ParsedFile) -> _FileTables:
-    language = pf.language or (pf.chunks[0].language if pf.chunks else "")
     t = _FileTables(pf, {}, {}, {}, defaultdict(list), defaultdict(list), defaultdict(dict),
                     defaultdict(list), defaultdict(dict), False)
+    t.foreign_defines = not _add_file(t, pf)
+    return t
+
+
+def _add_file(tables, pf: ParsedFile) -> bool:
+    """Add one file's entries to `tables` (a _Resolver's or a _FileTables: the same attributes), as
+    the files before it left them; whether every DEFINES relation's end was found there."""
+    language = pf.language or (pf.chunks[0].language if pf.chunks else "")
+    found = True
     for node in pf.nodes:
-        t.by_id.setdefault(node.node_id, node)
+        tables.by_id.setdefault(node.node_id, node)
         if node.label in _SYMBOL_LABELS:
-            t.by_qn.setdefault(node.qualified_name, node)
+            tables.by_qn.setdefault(node.qualified_name, node)
         if node.label == "Module":
-            t.language[node.qualified_name] = language
-            t.package[(posixpath.dirname(node.file_path), language)].append(node.qualified_name)
+            tables.language[node.qualified_name] = language
+            tables.package[(posixpath.dirname(node.file_path), language)].append(node.qualified_name)
         if node.label == "Method":
-            methods = t.methods[(language, node.name)]
+            methods = tables.methods_by_name[(language, node.name)]
             if node.qualified_name not in methods:
                 methods.append(node.qualified_name)
     for rel in pf.relations:
         if rel.rel_type == "DEFINES":
-            dst = t.by_id.get(rel.dst_id)
+            dst = tables.by_id.get(rel.dst_id)
             if dst is None:
-                t.foreign_defines = True
+                found = False
                 continue
-            t.members[dst.qualified_name.rsplit(".", 1)[0]].setdefault(dst.name, dst.qualified_name)
+            # A Go/Rust method defined away from its type hangs under `module.Type`.
+            tables.members[dst.qualified_name.rsplit(".", 1)[0]].setdefault(dst.name, dst.qualified_name)
     for fact in pf.imports:
         if fact["kind"] == "star":
-            t.stars[fact["module_qn"]].append(fact["bound"])
+            tables.stars[fact["module_qn"]].append(fact["bound"])
         elif fact["alias"]:
-            t.aliases[fact["module_qn"]].setdefault(fact["alias"], fact["bound"])
-    return t
+            tables.aliases[fact["module_qn"]].setdefault(fact["alias"], fact["bound"])
+    return found
 
 
 def _first_wins(parts: list[dict]) -> tuple[dict, bool]:
@@ -379,31 +388,7 @@ class _Resolver:
     def _add_files(self, parsed: list[ParsedFile]) -> None:
         """The symbol tables, file by file in order (the reference _merge makes the same tables as)."""
         for pf in parsed:
-            language = pf.language or (pf.chunks[0].language if pf.chunks else "")
-            for node in pf.nodes:
-                self.by_id.setdefault(node.node_id, node)
-                if node.label in _SYMBOL_LABELS:
-                    self.by_qn.setdefault(node.qualified_name, node)
-                if node.label == "Module":
-                    self.language[node.qualified_name] = language
-                    directory = posixpath.dirname(node.file_path)
-                    self.package[(directory, language)].append(node.qualified_name)
-                if node.label == "Method":
-                    key = (language, node.name)
-                    if node.qualified_name not in self.methods_by_name[key]:
-                        self.methods_by_name[key].append(node.qualified_name)
-            for rel in pf.relations:
-                if rel.rel_type == "DEFINES":
-                    dst = self.by_id.get(rel.dst_id)
-                    if dst is not None:
-                        # A Go/Rust method defined away from its type hangs under `module.Type`.
-                        container = dst.qualified_name.rsplit(".", 1)[0]
-                        self.members[container].setdefault(dst.name, dst.qualified_name)
-            for fact in pf.imports:
-                if fact["kind"] == "star":
-                    self.stars[fact["module_qn"]].append(fact["bound"])
-                elif fact["alias"]:
-                    self.aliases[fact["module_qn"]].setdefault(fact["alias"], fact["bound"])
+            _add_file(self, pf)
 
     def _merge(self, parts: list[_FileTables]) -> bool:
         """The symbol tables from the files' parts, as _add_files makes them; False (nothing kept)
@@ -418,7 +403,7 @@ class _Resolver:
             self.language.update(p.language)
             for key, modules in p.package.items():
                 self.package[key].extend(modules)
-            for key, qns in p.methods.items():
+            for key, qns in p.methods_by_name.items():
                 known = self.methods_by_name[key]
                 known.extend([q for q in qns if q not in known] if known else qns)
             for table, part in ((self.members, p.members), (self.aliases, p.aliases)):
