@@ -62,6 +62,9 @@ _LAST_FILES: dict[str, dict[int, _FileCalls]] = {}
 _LAST_IMPORTS: dict[str, dict[int, _FileCalls]] = {}
 # ... and its resolver's tables per file (_FileTables).
 _LAST_TABLES: dict[str, dict[int, "_FileTables"]] = {}
+# Per source, the last resolution's distinct calls resolved and those it took from the one before
+# (resolution_counts: the graph stage's metadata shows whether the reuse works).
+_COUNTS: dict[str, dict[str, int]] = {}
 
 
 @dataclass
@@ -137,9 +140,6 @@ def _first_wins(parts: list[dict]) -> tuple[dict, bool]:
             first.update(part)
         merged.update(first)  # existing keys: their place stays, the first part's value wins
     return merged, repeated
-# Per source, the last resolution's distinct calls resolved and those it took from the one before
-# (resolution_counts: the graph stage's metadata shows whether the reuse works).
-_COUNTS: dict[str, dict[str, int]] = {}
 
 
 def keep_resolutions() -> None:
@@ -394,8 +394,10 @@ class _Resolver:
         """The symbol tables from the files' parts, as _add_files makes them; False (nothing kept)
         where a node id is in two files or a DEFINES relation ends in another file's node (which
         node a relation reads then depends on the files before it: _add_files decides)."""
+        if any(p.foreign_defines for p in parts):
+            return False
         by_id, repeated = _first_wins([p.by_id for p in parts])
-        if repeated or any(p.foreign_defines for p in parts):
+        if repeated:
             return False
         self.by_id = by_id
         self.by_qn = _first_wins([p.by_qn for p in parts])[0]
