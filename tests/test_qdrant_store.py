@@ -612,3 +612,48 @@ def test_an_edge_shard_is_flushed_again_only_after_an_update(tmp_path: Path) -> 
         assert reopened.count("c").count == 1
     finally:
         reopened.close()
+
+
+def test_a_collection_indexes_only_the_source_and_loses_the_retired_indexes_on_its_next_write(
+        tmp_path: Path, monkeypatch) -> None:
+    """Edge loads every payload index with the shard (a serving reader's switch holds the GIL for
+    it): a new collection indexes source_id alone; one made with the retired file_path and
+    source_kind indexes drops them on its next write and still filters by them, by scanning."""
+    from mtrag_resources.stores.qdrant_store import KEYWORD_FIELDS, RETIRED_FIELDS
+
+    monkeypatch.setenv(ENGINE_ENV, "edge")
+    name = collection_name("code")
+    with QdrantStore(path=tmp_path / "new") as store:
+        store.write_source("src-a", "code", "g1", make_points("src-a", 5))
+        assert set(store.client.get_collection(name).payload_schema) == set(KEYWORD_FIELDS) == {"source_id"}
+
+    with QdrantStore(path=tmp_path / "old") as store:
+        store.write_source("src-a", "code", "g1", make_points("src-a", 5))
+        for field in RETIRED_FIELDS:  # as a collection made before they were retired
+            store.client.create_payload_index(name, field, store._models.PayloadSchemaType.KEYWORD)
+        assert set(store.client.get_collection(name).payload_schema) == {"source_id", *RETIRED_FIELDS}
+    with QdrantStore(path=tmp_path / "old") as store:
+        store.search("code", vec(1), k=3)  # a read leaves them
+        assert set(store.client.get_collection(name).payload_schema) == {"source_id", *RETIRED_FIELDS}
+        points = make_points("src-a", 6)
+        store.write_source("src-a", "code", "g2", points)
+        assert set(store.client.get_collection(name).payload_schema) == {"source_id"}
+        store.publish_snapshot(tmp_path / "published")
+        hits = store.search("code", points[2]["vector"], k=3, filters={"file_path": "pkg/mod2.py"})
+        assert [h["chunk_id"] for h in hits] == [points[2]["chunk_id"]]
+    # a build that only deletes drops them when it publishes
+    with QdrantStore(path=tmp_path / "old") as store:
+        docs = collection_name("docs")
+        store.write_source("src-d", "docs", "g3", make_points("src-d", 3))
+        store.client.create_payload_index(docs, "file_path", store._models.PayloadSchemaType.KEYWORD)
+    with QdrantStore(path=tmp_path / "old") as store:
+        assert store.write_source_delta("src-d", "docs", "g4", "g3", {"docs": ([], [])}) is not None
+        assert "file_path" in store.client.get_collection(docs).payload_schema
+        store.publish_snapshot(tmp_path / "published")
+        assert set(store.client.get_collection(docs).payload_schema) == {"source_id"}
+    # a reader of the published version opens it without them
+    private = tmp_path / "private"
+    link_for_reader(tmp_path / "published", private)
+    with QdrantStore(path=private) as reader:
+        assert set(reader.client.get_collection(name).payload_schema) == {"source_id"}
+        assert reader.count("code", "src-a") == 6

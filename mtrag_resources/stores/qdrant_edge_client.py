@@ -235,6 +235,9 @@ class EdgeClient:
         kind = getattr(q.PayloadSchemaType, str(getattr(schema, "value", schema)).capitalize())
         self._update(name, q.UpdateOperation.create_field_index(field, kind))
 
+    def delete_payload_index(self, name: str, field: str) -> None:
+        self._update(name, _edge().UpdateOperation.delete_field_index(field))
+
     def delete_collection(self, name: str) -> None:
         shard = self._shards.pop(name, None)
         self.homes.pop(name, None)
@@ -248,8 +251,9 @@ class EdgeClient:
         # Edge has no config getter; the shard keeps its config in this file
         config = json.loads((self.homes.get(name, self.root / name) / EDGE_CONFIG_FILE).read_text())
         vectors = config["vectors"][""]
+        info = self._shard(name).info()
         return SimpleNamespace(
-            points_count=self._shard(name).info().points_count,
+            points_count=info.points_count, payload_schema=dict(info.payload_schema),
             config=SimpleNamespace(params=SimpleNamespace(vectors=SimpleNamespace(
                 size=int(vectors["size"]), distance=vectors["distance"]))))
 

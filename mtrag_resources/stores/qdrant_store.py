@@ -49,10 +49,15 @@ from mtrag_resources.stores.qdrant_folder import (
 
 COLLECTION_PREFIX = "mtrag_"
 MARKERS_COLLECTION = "mtrag_markers"
-# Payload indexes on the fields queries filter by (a source scope, a kind, a file). Every index
-# costs each write, each publish and each reader's open (Edge loads it), so fields that are only
-# read back (chunk_id, symbol, ...) have none; a filter on them still works, by scanning.
-KEYWORD_FIELDS = ("source_id", "source_kind", "file_path")
+# Payload indexes on the fields queries filter by: a source scope (a scoped query, a stale source
+# left out, a source's deletion). Every index costs each write, each publish and each reader's open:
+# Edge loads an index's maps and flags whole, and the keyword indexes on source_kind and file_path
+# that no query filters by made up ~55% of loading django's code collection (54 -> 23 ms without
+# them, GIL held: a serving reader's switch). Fields without one (file_path, chunk_id, ...) still
+# filter, by scanning. Collections made with those indexes lose them on their next write or
+# publish (RETIRED_FIELDS).
+KEYWORD_FIELDS = ("source_id",)
+RETIRED_FIELDS = ("source_kind", "file_path")
 _MARKER_NAMESPACE = uuid.UUID("6f1c8a52-51d0-4b55-9a43-9b7c2a1e0d11")
 _CHUNK_NAMESPACE = uuid.UUID("0b8e2f0e-3f0c-4f3a-8d7e-5b1f6c0a9e27")
 _SCROLL_PAGE = 1024
@@ -143,6 +148,7 @@ class QdrantStore:
         self._dims: dict[str, int] = {}
         self._fast_local_writes = fast_local_writes
         self._tuned: set[str] = set()
+        self._indexes_checked: set[str] = set()
         if self.engine == "edge":
             from mtrag_resources.stores.qdrant_edge_client import models
             self._models = models
@@ -274,6 +280,7 @@ class QdrantStore:
                     f"collection {name} in {self.location} holds {existing}-d vectors but "
                     f"{int(dim)}-d vectors were given: the embedder changed. Drop the collection "
                     "(drop_collection) and rebuild, or configure the model it was built with.")
+            self._retire_indexes(name)
             return name
         m = self._models
         if self.path is not None:  # a new Edge shard and its payload indexes: ~17 MB on a tmpfs
@@ -287,6 +294,17 @@ class QdrantStore:
         self._dims[name] = int(dim)
         self._tune_local(name)
         return name
+
+    def _retire_indexes(self, name: str) -> None:
+        """Drop the payload indexes of RETIRED_FIELDS from a collection made before they went (once
+        per collection and store): the writer's next publish then shares nothing of them with readers."""
+        if name in self._indexes_checked:
+            return
+        self._indexes_checked.add(name)
+        schema = getattr(self.client.get_collection(name), "payload_schema", None) or {}
+        for field in RETIRED_FIELDS:
+            if field in schema:
+                self.client.delete_payload_index(name, field)
 
     def drop_collection(self, kind: str) -> None:
         name = collection_name(kind)
@@ -661,6 +679,8 @@ class QdrantStore:
             # Edge keeps deleted points until its optimizer vacuums them (a no-op while under 20%
             # of a segment); vacuum here, once per build, rather than after every write
             for c in self.client.get_collections().collections:
+                if c.name != MARKERS_COLLECTION:  # a delete-only build retires them here
+                    self._retire_indexes(c.name)
                 self.client.optimize(c.name)
         self.checkpoint()  # Edge: flushed segments, so the copy needs no WAL replay to be whole
         return publish_version(self.path, dst, lock=False, keep=keep, protect=protect, prune=prune)
