@@ -64,6 +64,9 @@ def main() -> None:
     ap.add_argument("--docs-glob", default="*.rst")
     ap.add_argument("--docs-root", default="flask", help="the docs source's folder, under the corpus")
     ap.add_argument("--out", default=str(REPO / "bench/out/watch_ab.json"))
+    ap.add_argument("--before-base", default="",
+                    help="a shell command run before each base run: puts back a state of the home that head "
+                         "migrates (a store format, an index), so that base measures it")
     args = ap.parse_args()
     corpus = Path(args.work).resolve() / "corpus"
     trees = {"base": Path(args.base).resolve(), "head": REPO}
@@ -79,6 +82,8 @@ def main() -> None:
                 code = corpus / args.code_file
                 kept = [(p, shutil.copy2(p, scratch / f"{i}-{p.name}")) for i, p in enumerate([*docs, code])]
                 try:
+                    if name == "base" and args.before_base:
+                        subprocess.run(args.before_base, shell=True, check=True)
                     result = run_tree(trees[name], args, docs, scratch / f"{name}-{r}.json")
                 finally:
                     for original, copy in kept:

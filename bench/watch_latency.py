@@ -215,6 +215,7 @@ def _serve_while_publishing(port: int, target: Path, watch: WatchProcess, edits:
     """Hybrid latency seen by a steady client (SERVE_QPS, the queries in turn) while the watch
     applies and publishes `edits` appends, each waited for up to its recorded lineage."""
     latencies_ms: list[float] = []
+    timings: list[dict] = []  # each answer's timings_ms, with its wall time: where a slow one waited
     errors: list[str] = []
     stop = threading.Event()
 
@@ -222,19 +223,26 @@ def _serve_while_publishing(port: int, target: Path, watch: WatchProcess, edits:
         n = 0
         while not stop.is_set():
             t0 = time.perf_counter()
+            body = None
             try:
-                status, _body = request(port, "/v1/query", {"query": SERVE_QUERIES[n % len(SERVE_QUERIES)],
-                                                           "mode": "hybrid", "k": 10}, QUERY_TIMEOUT_S)
+                status, body = request(port, "/v1/query", {"query": SERVE_QUERIES[n % len(SERVE_QUERIES)],
+                                                          "mode": "hybrid", "k": 10}, QUERY_TIMEOUT_S)
                 if status != 200:
                     errors.append(f"HTTP {status}")
             except TimeoutError:
                 errors.append("timeout")
             latencies_ms.append((time.perf_counter() - t0) * 1000)
+            try:
+                answer_timings = json.loads(body).get("timings_ms") or {} if body else {}
+            except ValueError:
+                answer_timings = {}
+            timings.append({"wall_ms": round(latencies_ms[-1], 1), "at_s": round(t0 - started, 2), **answer_timings})
             n += 1
             stop.wait(max(0.0, 1 / SERVE_QPS - (time.perf_counter() - t0)))
 
     for text in SERVE_QUERIES:  # the query embedder's first use is not what this measures
         request(port, "/v1/query", {"query": text, "mode": "hybrid", "k": 10}, 60)
+    started = time.perf_counter()
     thread = threading.Thread(target=client, daemon=True)
     thread.start()
     try:
@@ -251,6 +259,7 @@ def _serve_while_publishing(port: int, target: Path, watch: WatchProcess, edits:
             "watch_serve_hybrid_p95_ms": round(percentile(latencies_ms, 95), 1) if latencies_ms else None,
             "watch_serve_hybrid_max_ms": round(max(latencies_ms), 1) if latencies_ms else None,
             "watch_serve_hybrid_queries": len(latencies_ms), "watch_serve_hybrid_errors": errors[:5],
+            "watch_serve_slowest": sorted(timings, key=lambda x: -x["wall_ms"])[:6],
             "watch_serve_edits": edits}
 
 
