@@ -72,3 +72,57 @@ def test_the_window_is_used_unless_a_tie_crosses_it(store, monkeypatch):
     joined.clear()
     store.search("client", k=3, source_kind="code")  # a filtered search always joins
     assert joined
+
+
+def _common_word_rows(seed: int) -> list[dict]:
+    """Rows where "the" is in ~80% and "return" in ~60%: bm25 floors both words' idf."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(150):
+        words = [rnd.choice(WORDS[2:]) for _ in range(rnd.randint(2, 8))]
+        if rnd.random() < 0.8:
+            words.insert(rnd.randrange(len(words) + 1), "the")
+        if rnd.random() < 0.6:
+            words.append("return")
+        if rnd.random() < 0.05:
+            words.append("client")
+        out.append(row(f"c_{seed}_{i:03d}", " ".join(words), title=rnd.choice(["", "the", "render"]),
+                       parent_id="p_file"))
+    out.append(row("p_file", "file", role="parent", chunk_type="file"))
+    return out
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_leaving_out_the_words_bm25_does_not_weigh_keeps_the_ranking(tmp_path, monkeypatch, seed):
+    """The "any" stage leaves out of its OR the phrases in half of the rows or more (their idf is
+    floored at 1e-6): the hits are those of the whole OR, up to score differences of ~1e-5; where
+    fewer than k rows match the other words, the whole OR fills the tail."""
+    s = FtsStore(tmp_path / "fts.sqlite")
+    s.write_source("shop", "g1", "sha-1", _common_word_rows(seed), None)
+    # a word no row holds: no row matches all of a query, so each runs the "any" stage
+    queries = ["what does the test client return", "the client zzq", "the render return zzq",
+               "return the cache zzq", "the return zzq"]
+    pruned = []
+    informative = FtsStore._informative
+
+    def seen(self, conn, table, terms):
+        out = informative(self, conn, table, terms)
+        pruned.append(out)
+        return out
+
+    monkeypatch.setattr(FtsStore, "_informative", seen)
+    fast = {(q, k, f): s.search(q, k=k, source_kind=f) for q in queries for k in (1, 5, 20, 100)
+            for f in (None, "code")}
+    assert any(p is not None for p in pruned)  # some OR left words out
+    monkeypatch.setattr(FtsStore, "_informative", lambda self, conn, table, terms: None)
+    for (q, k, f), hits in fast.items():
+        whole = s.search(q, k=k, source_kind=f)
+        assert len(hits) == len(whole), (q, k, f)
+        for a, b in zip(hits, whole):
+            assert abs(a["score"] - b["score"]) < 1e-4, (q, k, f)
+        # every row clearly inside the whole OR's top k is in the pruned top k
+        cut = whole[-1]["score"] + 1e-4 if whole else 0
+        assert {h["chunk_id"] for h in whole if h["score"] > cut} <= {h["chunk_id"] for h in hits}, (q, k, f)
+    # few rows hold "client", so the rows of "the" alone fill the tail of a top 100
+    assert len(fast[("the client zzq", 100, None)]) == 100
+    s.close()

@@ -197,13 +197,18 @@ def _cjk_any_pieces(tok: Token) -> list[str]:
     return [fts_string(w) for w in subwords(tok.text)]
 
 
-def _join(pieces: Iterable[str], op: str) -> str | None:
+def _unique(pieces: Iterable[str]) -> tuple[str, ...]:
     uniq: list[str] = []
     for p in pieces:
         if p not in uniq:
             uniq.append(p)
         if len(uniq) >= MAX_PIECES:
             break
+    return tuple(uniq)
+
+
+def _join(pieces: Iterable[str], op: str) -> str | None:
+    uniq = _unique(pieces)
     return f" {op} ".join(uniq) if uniq else None
 
 
@@ -218,6 +223,8 @@ class QueryPlan:
     any_trigram: str | None = None       # long non-CJK tokens ORed
     any_cjk: str | None = None           # words and single bigrams ORed
     notes: list[str] = field(default_factory=list)
+    any_trigram_terms: tuple[str, ...] = ()  # the pieces any_trigram ORs
+    any_cjk_terms: tuple[str, ...] = ()      # the pieces any_cjk ORs
 
     @property
     def empty(self) -> bool:
@@ -233,9 +240,11 @@ def build_query(query: str | None) -> QueryPlan:
     all_trigram = _join((fts_string(t.text) for t in long_toks), "AND")
     all_trigram_filter = _join((_cjk_piece(t) for t in short_toks), "AND") if all_trigram else None
     all_cjk = _join((_cjk_piece(t) for t in toks), "AND")
-    any_trigram = _join((fts_string(t.text) for t in long_toks if t.kind == "word"), "OR")
-    any_cjk = _join((p for t in toks for p in _cjk_any_pieces(t)), "OR")
-    return QueryPlan(tuple(toks), all_trigram, all_trigram_filter, all_cjk, any_trigram, any_cjk)
+    any_trigram_terms = _unique(fts_string(t.text) for t in long_toks if t.kind == "word")
+    any_cjk_terms = _unique(p for t in toks for p in _cjk_any_pieces(t))
+    return QueryPlan(tuple(toks), all_trigram, all_trigram_filter, all_cjk,
+                     " OR ".join(any_trigram_terms) or None, " OR ".join(any_cjk_terms) or None,
+                     any_trigram_terms=any_trigram_terms, any_cjk_terms=any_cjk_terms)
 
 
 # A well-formed expression as this module builds it: string literals (optionally with a trailing
