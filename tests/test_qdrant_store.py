@@ -568,20 +568,25 @@ def test_a_reader_removes_dead_readers_folders_and_keeps_live_ones(tmp_path: Pat
 
 def test_an_edge_shard_is_flushed_again_only_after_an_update(tmp_path: Path) -> None:
     """A publish flushes every collection: one with no update since its last flush is skipped, and
-    every kind of update (upsert, delete, payload index, optimize) makes the next flush run."""
+    every kind of update (upsert, delete, payload index, an optimize that changed segments) makes
+    the next flush run; an optimize that found nothing to do does not."""
     from types import SimpleNamespace
 
     from qdrant_client import models
 
     from mtrag_resources.stores.qdrant_edge_client import EdgeClient
 
-    class Counting:  # the real shard, its flushes counted
+    class Counting:  # the real shard, its flushes counted; what its optimizer reports is set here
         def __init__(self, shard):
-            self.shard, self.flushes = shard, 0
+            self.shard, self.flushes, self.optimized = shard, 0, True
 
         def flush(self):
             self.flushes += 1
             self.shard.flush()
+
+        def optimize(self):
+            self.shard.optimize()
+            return self.optimized
 
         def __getattr__(self, name):
             return getattr(self.shard, name)
@@ -604,6 +609,10 @@ def test_an_edge_shard_is_flushed_again_only_after_an_update(tmp_path: Path) -> 
         client.flush("c")
         client.flush("c")
         assert shard.flushes == before + 1
+    shard.optimized = False  # nothing to vacuum or index: the segments are as they were
+    client.optimize("c")
+    client.flush("c")
+    assert shard.flushes == before + 1
     client._shards["c"] = shard.shard
     client.close()
     # what the flushes made durable: a new client of the folder sees the point
