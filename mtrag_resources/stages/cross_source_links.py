@@ -8,11 +8,12 @@ import json
 import os
 import threading
 from collections import Counter
-from operator import attrgetter
+from itertools import chain, compress, count
+from operator import attrgetter, is_, not_
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.doc_links import (INDEXED_LABELS, SymbolIndex, add_link, kept_resolutions, link_for,
-                                              resolve_links)
+                                              resolve_links, table_changes)
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.connect import open_neo4j
@@ -105,20 +106,89 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
         if _INDEX_MEMO and _INDEX_MEMO[0] == inputs:
             return _INDEX_MEMO[1], _INDEX_MEMO[2], _INDEX_MEMO[3]
         last = list(_INDEX_MEMO)
-    index = SymbolIndex()
-    entities: dict[str, GraphNode] = {}
-    for _sid, nodes, inherits, imports in inputs:
-        entities.update(zip(map(_NODE_ID, nodes), nodes))  # in C: django's 12k nodes, ~12 ms as a generator
-        index.add_nodes(nodes)
-        index.add_relations(entities, inherits)
-        index.add_imports(imports)
+    update = _index_updated(last[0], last[1], inputs) if last else None
+    index, changed = update if update is not None else (_index_of(inputs), None)
     resolved: dict = {}
     reads = {} if _KEEP_RESOLUTIONS else None
     if reads is not None and last and last[3] is not None:
-        resolved, reads = kept_resolutions(last[1], index, last[2], last[3])
+        resolved, reads = kept_resolutions(last[1], index, last[2], last[3], changed)
     with _INDEX_MEMO_LOCK:
         _INDEX_MEMO[:] = [inputs, index, resolved, reads]
     return index, resolved, reads
+
+
+def _index_of(inputs: list[tuple]) -> SymbolIndex:
+    index = SymbolIndex()
+    index.add_nodes([n for _sid, nodes, _inherits, _imports in inputs for n in nodes])
+    index.bases = _bases_of(inputs)
+    index.exports = _exports_of(inputs)
+    return index
+
+
+def _bases_of(inputs: list[tuple]) -> dict:
+    """SymbolIndex.bases of the sources' INHERITS relations, each source's resolved on the entities
+    of the sources up to it."""
+    index = SymbolIndex()
+    entities: dict[str, GraphNode] = {}
+    for _sid, nodes, inherits, _imports in inputs:
+        entities.update(zip(map(_NODE_ID, nodes), nodes))  # in C: django's 12k nodes, ~12 ms as a generator
+        index.add_relations(entities, inherits)
+    return index.bases
+
+
+def _exports_of(inputs: list[tuple]) -> dict:
+    index = SymbolIndex()
+    for _sid, _nodes, _inherits, imports in inputs:
+        index.add_imports(imports)
+    return index.exports
+
+
+# A change of more nodes than this share of a source's is indexed from scratch (_index_updated)
+_UPDATE_SHARE = 0.25
+
+
+def _index_updated(old_inputs: list[tuple], old: SymbolIndex,
+                   inputs: list[tuple]) -> tuple[SymbolIndex, set] | None:
+    """The index of `inputs` made from `old` (the index of `old_inputs`) and the tokens of its
+    entries that changed, where the sources are the same and their nodes changed little: the
+    nodes gone and new (by identity: an unchanged table's rows are the same objects) are taken out
+    of and put into the entries they touch, the rest shared. The bases and re-exports are made
+    again only where the INHERITS relations, the nodes they name or the imports changed. None where
+    it cannot tell: the other sources, or nodes that kept their objects but not their order."""
+    if [i[0] for i in old_inputs] != [i[0] for i in inputs]:
+        return None
+    gone: list[GraphNode] = []
+    fresh: list[GraphNode] = []
+    for (_sid, was, _, _), (_, now, _, _) in zip(old_inputs, inputs):
+        if was is now:
+            continue
+        now_ids, was_ids = set(map(id, now)), set(map(id, was))
+        kept_was = list(map(now_ids.__contains__, map(id, was)))
+        kept_now = list(map(was_ids.__contains__, map(id, now)))
+        # the nodes both hold in the same order, or an entry no change touched could differ
+        if not all(map(is_, compress(was, kept_was), compress(now, kept_now))):
+            return None
+        gone += compress(was, map(not_, kept_was))
+        fresh += compress(now, map(not_, kept_now))
+    if len(gone) + len(fresh) > _UPDATE_SHARE * max(sum(len(i[1]) for i in inputs), 1):
+        return None
+    position: dict[int, int] = {}
+
+    def order(node: GraphNode) -> int:
+        if not position:  # only where an entry holds several nodes
+            position.update(zip(map(id, chain.from_iterable(i[1] for i in inputs)), count()))
+        return position[id(node)]
+
+    index, changed = old.with_nodes_changed(gone, fresh, order)
+    named = {i for g in (gone, fresh) for i in map(_NODE_ID, g)}
+    if any(was is not now for (_, _, was, _), (_, _, now, _) in zip(old_inputs, inputs)) or \
+            any(r.src_id in named or r.dst_id in named for i in inputs for r in i[2]):
+        index.bases = _bases_of(inputs)
+        changed |= table_changes("bases", old.bases, index.bases)
+    if any(was is not now for (_, _, _, was), (_, _, _, now) in zip(old_inputs, inputs)):
+        index.exports = _exports_of(inputs)
+        changed |= table_changes("exports", old.exports, index.exports)
+    return index, changed
 
 
 _KEEP_RESOLUTIONS = False  # keep_link_resolutions()
