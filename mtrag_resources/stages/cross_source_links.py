@@ -143,7 +143,7 @@ def _exports_of(inputs: list[tuple]) -> dict:
     return index.exports
 
 
-# A change of more nodes than this share of a source's is indexed from scratch (_index_updated)
+# A change of more nodes than this share of the sources' is indexed from scratch (_index_updated)
 _UPDATE_SHARE = 0.25
 
 
