@@ -126,3 +126,26 @@ def test_leaving_out_the_words_bm25_does_not_weigh_keeps_the_ranking(tmp_path, m
     # few rows hold "client", so the rows of "the" alone fill the tail of a top 100
     assert len(fast[("the client zzq", 100, None)]) == 100
     s.close()
+
+
+def test_a_new_store_of_the_same_file_counts_no_word_again(tmp_path):
+    """A serving reader opens a new FtsStore at each switch: the words' row counts of the file are
+    shared, so its first question runs no count again (and another file's store counts its own)."""
+    path = tmp_path / "fts.sqlite"
+    first = FtsStore(path)
+    first.write_source("shop", "g1", "sha-1", _common_word_rows(3), None)
+    question = "what does the test client return"
+    hits = first.search(question, k=10)
+    second = FtsStore(path)
+    statements: list[str] = []
+    second._conn.set_trace_callback(statements.append)
+    assert second.search(question, k=10) == hits
+    assert statements and not [s for s in statements if "count(*)" in s]
+    other = FtsStore(tmp_path / "other.sqlite")
+    other.write_source("shop", "g1", "sha-1", _common_word_rows(4), None)
+    statements.clear()
+    other._conn.set_trace_callback(statements.append)
+    other.search(question, k=10)
+    assert [s for s in statements if "count(*)" in s]
+    for s in (first, second, other):
+        s.close()

@@ -149,6 +149,10 @@ def _code_segment(value: Any) -> str:
     return f"{_cjk_segment(text)} {extra}" if extra else _cjk_segment(text)
 
 
+# Per database file, (table, phrase) -> (rows that match it, when counted): FtsStore._rows_in.
+_DF_COUNTS: dict[str, dict[tuple[str, str | None], tuple[int, float]]] = {}
+
+
 class FtsStore:
     """SQLite FTS5 store at `path`. One connection per (process, thread), opened lazily."""
 
@@ -159,7 +163,9 @@ class FtsStore:
         self._local = threading.local()
         self._all: list[tuple[threading.Thread, sqlite3.Connection]] = []  # (owner thread, connection)
         self._lock = threading.Lock()
-        self._df: dict[tuple[str, str | None], tuple[int, float]] = {}  # _rows_in's counts
+        # _rows_in's counts, shared by the stores of one file: a serving reader opens a new store at
+        # each switch, and its first questions would count their words again
+        self._df = _DF_COUNTS.setdefault(os.path.realpath(self.path), {})
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(self.path)
