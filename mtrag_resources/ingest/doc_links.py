@@ -190,7 +190,7 @@ def kept_resolutions(old: SymbolIndex, new: SymbolIndex, resolved: dict, reads: 
     if resolved.keys() == reads.keys():  # the keys compared in C
         # the few resolutions that read a changed entry, found in C (a step per key of django's 22k
         # was ~12 ms of each watch batch), go; the rest is copied whole
-        dropped = list(compress(reads.keys(), map(not_, map(changed.isdisjoint, reads.values()))))
+        dropped = list(compress(reads.keys(), map(not_, map(changed.isdisjoint, reads.values())))) if changed else []
         kept_resolved, kept_reads = dict(resolved), dict(reads)
         for key in dropped:
             del kept_resolved[key], kept_reads[key]

@@ -119,7 +119,8 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
 
 def _index_of(inputs: list[tuple]) -> SymbolIndex:
     index = SymbolIndex()
-    index.add_nodes([n for _sid, nodes, _inherits, _imports in inputs for n in nodes])
+    for _sid, nodes, _inherits, _imports in inputs:
+        index.add_nodes(nodes)
     index.bases = _bases_of(inputs)
     index.exports = _exports_of(inputs)
     return index
@@ -182,7 +183,7 @@ def _index_updated(old_inputs: list[tuple], old: SymbolIndex,
     index, changed = old.with_nodes_changed(gone, fresh, order)
     named = {i for g in (gone, fresh) for i in map(_NODE_ID, g)}
     if any(was is not now for (_, _, was, _), (_, _, now, _) in zip(old_inputs, inputs)) or \
-            any(r.src_id in named or r.dst_id in named for i in inputs for r in i[2]):
+            (named and any(r.src_id in named or r.dst_id in named for i in inputs for r in i[2])):
         index.bases = _bases_of(inputs)
         changed |= table_changes("bases", old.bases, index.bases)
     if any(was is not now for (_, _, _, was), (_, _, _, now) in zip(old_inputs, inputs)):
