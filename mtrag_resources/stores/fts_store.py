@@ -595,6 +595,7 @@ class FtsStore:
     # How long a counted document frequency is used (_informative): a phrase near the half-of-rows
     # line weighs next to nothing in bm25 on either side of it, so a count a few edits old will do.
     DF_MAX_AGE_S = 30.0
+    DF_CACHE_MAX = 50_000  # counts kept per file before they are all dropped
 
     def _informative(self, conn, table: str, terms: tuple[str, ...]) -> str | None:
         """The OR of the `terms` that bm25 weighs, where it leaves some out; else None. FTS5's bm25
@@ -625,8 +626,6 @@ class FtsStore:
             self._df.clear()
         self._df[(table, term)] = (n, now)
         return n
-
-    DF_CACHE_MAX = 50_000
 
     # Rows an unfiltered search ranks beyond k, so that scores tied at the k-th are all seen.
     TIE_WINDOW = 16
