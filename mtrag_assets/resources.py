@@ -1,12 +1,12 @@
 """The one resource every asset uses: where MTRAG_HOME is, the sources, and the embedder."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import dagster as dg
 from pydantic import PrivateAttr
 
 from mtrag_resources.core.config import Settings, env
+from mtrag_resources.core.real_paths import resolved
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder
 from mtrag_resources.ingest.sources import SourceSpec, load_sources
@@ -49,9 +49,9 @@ class MtragResource(dg.ConfigurableResource):
         return cls(**{field: dg.EnvVar(name) for name, field in RESOURCE_FIELDS_BY_VARIABLE.items() if env(name)})
 
     def settings(self) -> Settings:
-        settings = Settings(home=Path(self.home).resolve()) if self.home else Settings.from_env()
+        settings = Settings(home=resolved(self.home)) if self.home else Settings.from_env()
         if self.sources_file:
-            settings = Settings(home=settings.home, sources=Path(self.sources_file).resolve())
+            settings = Settings(home=settings.home, sources=resolved(self.sources_file))
         return settings.ensure()
 
     def specs(self) -> list[SourceSpec]:

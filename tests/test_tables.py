@@ -141,3 +141,24 @@ def test_rows_equal_to_the_file_s_are_adopted_as_its_shared_rows_and_others_are_
     assert adopt_rows(path, again, Row)
     assert read_shared(path, Row) is again and cached_rows(path, Row) is again
     assert not adopt_rows(tmp_path / "missing.parquet", again, Row)
+
+
+def test_one_file_reads_as_pq_read_table_reads_it(tmp_path):
+    """read_parquet_file (no dataset) gives pq.read_table's table, schema metadata included, and
+    its errors: a missing column or file, a file that is not Parquet."""
+    import pyarrow as pa
+
+    from mtrag_resources.core.arrow import read_parquet_file
+    path = tmp_path / "t.parquet"
+    table = pa.table({"a": [1, 2], "b": ["x", None], "n": [{"k": 1}, {"k": 2}]}).replace_schema_metadata({"m": "1"})
+    pq.write_table(table, path)
+    for columns in (None, ["b"], ["b", "a"], ["n"], []):
+        got, want = read_parquet_file(path, columns), pq.read_table(path, columns=columns)
+        assert got.equals(want) and got.schema.metadata == want.schema.metadata, columns
+    with pytest.raises(pa.ArrowInvalid):
+        read_parquet_file(path, ["a", "missing"])
+    with pytest.raises(FileNotFoundError):
+        read_parquet_file(tmp_path / "none.parquet")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(pa.ArrowInvalid):
+        read_parquet_file(tmp_path / "bad.parquet")

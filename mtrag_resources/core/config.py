@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtrag_resources.core.layout import HomeLayout
+from mtrag_resources.core.real_paths import resolved
 
 
 @dataclass(frozen=True)
@@ -79,20 +80,20 @@ class Settings(HomeLayout):
 
     @classmethod
     def from_env(cls) -> "Settings":
-        return cls(home=Path(env("MTRAG_HOME", "./data")).resolve())
+        return cls(home=resolved(env("MTRAG_HOME", "./data")))
 
     @property
     def sources_file(self) -> Path:
-        return Path(self.sources or env("MTRAG_SOURCES") or self.home / "sources.yaml").resolve()
+        return resolved(self.sources or env("MTRAG_SOURCES") or self.home / "sources.yaml")
 
     @property
     def golden_file(self) -> Path:
         """The golden queries (publish/golden.py): MTRAG_GOLDEN, else `golden.yaml` beside the sources file."""
-        return Path(env("MTRAG_GOLDEN") or self.sources_file.parent / "golden.yaml").resolve()
+        return resolved(env("MTRAG_GOLDEN") or self.sources_file.parent / "golden.yaml")
 
     @property
     def dagster_home(self) -> Path:
-        return Path(env("DAGSTER_HOME") or self.home / "dagster_home").resolve()
+        return resolved(env("DAGSTER_HOME") or self.home / "dagster_home")
 
     @property
     def qdrant_url(self) -> str | None:
@@ -119,5 +120,6 @@ class Settings(HomeLayout):
 
     def ensure(self) -> "Settings":
         for d in self.stage_dirs():
-            d.mkdir(parents=True, exist_ok=True)
+            if not os.path.isdir(d):  # a stat where mkdir raised and caught EEXIST (~30 calls a batch)
+                d.mkdir(parents=True, exist_ok=True)
         return self

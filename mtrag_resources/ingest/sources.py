@@ -23,6 +23,7 @@ import yaml
 
 from mtrag_resources.core.errors import ConfigError
 from mtrag_resources.core.models import SOURCE_KINDS
+from mtrag_resources.core.real_paths import resolved_name
 
 SOURCE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 SDIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
@@ -68,7 +69,7 @@ _PARSED: dict[tuple, list[SourceSpec]] = {}
 def load_sources(path: Path) -> list[SourceSpec]:
     path = Path(path)
     try:
-        key = (str(path.resolve()), path.read_bytes())
+        key = (resolved_name(path), path.read_bytes())
     except OSError:
         key = None
     if key in _PARSED:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
-from mtrag_resources.core.arrow import pa, pq
+from mtrag_resources.core.arrow import pa, pq, read_parquet_file
+from mtrag_resources.core.real_paths import resolved_name
 
 SHARD_GLOB = "shard-*.parquet"
 SMALL_SHARD_BYTES = 4 << 20  # a shard under this is merged with the other small ones ...
@@ -113,7 +114,7 @@ class EmbeddingCache:
         d = self.fingerprint_dir(fingerprint_id)
         for attempt in range(_READ_RETRIES):
             with _PRESENT_LOCK:
-                known = _PRESENT.setdefault(str(d.resolve()), _ShardHashes())
+                known = _PRESENT.setdefault(resolved_name(d), _ShardHashes())
                 try:
                     return known.refresh(self.shards(fingerprint_id))
                 except FileNotFoundError:  # compacted between listing and reading: list again
@@ -250,7 +251,7 @@ class _ShardHashes:
             self.by_shard = {k: v for k, v in self.by_shard.items() if k in current}
             self.union = set().union(*self.by_shard.values())
         for key in sorted(current - set(self.by_shard)):
-            hashes = frozenset(pq.read_table(key[0], columns=["content_hash"]).column(0).to_pylist())
+            hashes = frozenset(read_parquet_file(key[0], ["content_hash"]).column(0).to_pylist())
             self.by_shard[key] = hashes
             self.union |= hashes
         return self.union

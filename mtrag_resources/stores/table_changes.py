@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from mtrag_resources.core.arrow import pa, pc, pq
+from mtrag_resources.core.arrow import pa, pc, pq, read_parquet_file
 from mtrag_resources.stores.tables import RowChanges, as_records, commit_file, read_schema, write_table
 
 CHANGE_COLUMN = "_change"
@@ -98,7 +98,7 @@ def logged_delta(new: Path, old: Path, key: tuple[str, ...],
     `old` that `new` has no row for) from `new`'s change log, as table_delta.diff_tables would
     compute them; None when the log is not the difference between these two files."""
     try:
-        log = pq.read_table(changes_path(new))
+        log = read_parquet_file(changes_path(new))
     except (FileNotFoundError, OSError, pa.ArrowInvalid):
         return None
     try:

@@ -16,7 +16,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, TypeVar
 
-from mtrag_resources.core.arrow import pa, pc, pq
+from mtrag_resources.core.arrow import pa, pc, pq, read_parquet_file
+from mtrag_resources.core.real_paths import resolved_name
 from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.bucketed import Bucketing
 
@@ -155,6 +156,8 @@ def read_table(path: Path, columns: list[str] | None = None, filters=None,
     path = Path(path)
     if bucketed.is_bucketed(path):
         return bucketed.read(path, columns=columns, filters=filters, keys=keys)
+    if not filters:
+        return read_parquet_file(path, columns)
     return pq.read_table(path, columns=columns, filters=filters)
 
 
@@ -227,7 +230,7 @@ def _identity(path: Path) -> tuple | None:
         st = commit_file(path).stat()
     except FileNotFoundError:
         return None
-    return (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+    return (resolved_name(path), st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _decoded(path: Path, form: type | None = None) -> list | None:
@@ -268,7 +271,7 @@ def _keep(key: tuple, rows: list) -> None:
 
 def _forget(path: Path) -> None:
     """This process replaced `path`: its decoded entries go (a freed inode may be reused)."""
-    name = str(path.resolve())
+    name = resolved_name(path)
     with _DECODED_LOCK:
         for key in [k for k in _DECODED if k[0] == name]:
             del _DECODED[key]
@@ -311,7 +314,7 @@ def held_table(path: Path, columns: list[str] | None = None, filters: list[tuple
     (neo4j_graph's totals and changed edges, fts_db's endpoints, qdrant_collection's counts): each
     read of django's bucketed tables was 30-75 ms of a watch batch."""
     path = Path(path)
-    held = _ARROW.get(str(path.resolve()))
+    held = _ARROW.get(resolved_name(path))
     if held is None or held[0] != _identity(path):
         return read_table(path, columns=columns, filters=filters)
     table = held[1]
@@ -337,7 +340,7 @@ def hold_table(path: Path, table: pa.Table) -> None:
     """Hold `table`, just written to `path` (write_table), for held_table's reads of this version."""
     key = _identity(Path(path))
     if key is not None:
-        _ARROW[str(Path(path).resolve())] = (key, table)
+        _ARROW[resolved_name(path)] = (key, table)
 
 
 def column_counts(table: pa.Table, column: str) -> dict:
@@ -416,7 +419,7 @@ def _held_where(path: Path, held: list, row_type: type, column: str, wanted: set
     ones in at their key's place, value-equal new instances in place of the old), else a filter
     of every row. The links stage asked for django's code entities and INHERITS edges on every
     watch batch: two passes over 40k nodes and 31k relations (~20 ms). Read-only to the caller."""
-    name = str(path.resolve())
+    name = resolved_name(path)
     key = (name, row_type, column, frozenset(wanted))
     last = _WHERE.get(key)
     if last is not None and last[0] is held:
@@ -524,7 +527,7 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
     held, keys not unique or not sorted, a column whose type the change alters). `ordered`: the
     caller made `rows` unique and sorted by `pk` (not checked again)."""
     path = Path(path)
-    name = str(path.resolve())
+    name = resolved_name(path)
     old = cached_rows(path, row_type)
     last = _CHANGES.get(name)
     # rows the last merge found unique and in key order are not checked again
@@ -561,7 +564,7 @@ def write_row_groups(path: Path, groups: list[list], row_type: type) -> int:
     (django's docs: 30k references converted on every watch batch that changed one file, ~0.14 s).
     The table is the one write_rows writes for the same rows; unchanged groups write nothing."""
     path = Path(path)
-    name = str(path.resolve())
+    name = resolved_name(path)
     rows = [r for group in groups for r in group]
     held = _GROUPS.get(name)
     table = None
@@ -639,8 +642,8 @@ def hold_arrow(path: Path) -> None:
     warm-up: its first merge then reads no file); nothing where there is no table."""
     path = Path(path)
     key = _identity(path)
-    if key is not None and _ARROW.get(str(path.resolve()), (None,))[0] != key:
-        _ARROW[str(path.resolve())] = (key, _read_as_built(path))
+    if key is not None and _ARROW.get(resolved_name(path), (None,))[0] != key:
+        _ARROW[resolved_name(path)] = (key, _read_as_built(path))
 
 
 def _row_changes(old: list, new: list, pk: str, checked: bool = False, ordered: bool = False,
