@@ -266,6 +266,21 @@ def test_names_two_files_both_define_keep_the_first_file_s_entry_when_merged():
     assert merged.stars["m"] == ["p.first", "p.second"] and merged.language == {"m": "python"}
 
 
+def test_a_method_several_files_define_is_listed_once_per_name():
+    """The merge keeps a name's methods without repeats, in first-seen order, however many files
+    define one (a name first met in the second file, repeated in the third and fourth)."""
+    def module(path, tag, name):
+        return _file(path, [(f"m:{tag}", "Module", name), (f"c:{tag}", "Class", f"{name}.C"),
+                            (f"s:{tag}", "Method", f"{name}.C.save")],
+                     [(f"m:{tag}", f"c:{tag}"), (f"c:{tag}", f"s:{tag}")])
+    files = [module("n.py", "a", "n"), module("m.py", "b", "m"), module("m/__init__.py", "c", "m"),
+             module("src/m.py", "d", "m"), module("src/n.py", "e", "n")]
+    merged = code_graph._Resolver(files, memo={})
+    assert merged.tables_merged
+    assert tables(merged) == tables(code_graph._Resolver(files))
+    assert merged.methods_by_name[("python", "save")] == ["n.C.save", "m.C.save"]
+
+
 @pytest.mark.parametrize("case", ["node id in two files", "DEFINES into another file"])
 def test_files_whose_parts_cannot_be_merged_alone_take_the_loop(case):
     """Which node a DEFINES relation reads depends on the files before it where a node id repeats or

@@ -401,13 +401,24 @@ class _Resolver:
             return False
         self.by_id = by_id
         self.by_qn = _first_wins([p.by_qn for p in parts])[0]
+        # a name's methods so far as a set, made where a second file has the name: a scan of the
+        # list per file was quadratic in the files that define a method of a name (`__init__`)
+        known_sets: dict[tuple[str, str], set[str]] = {}
         for p in parts:
             self.language.update(p.language)
             for key, modules in p.package.items():
                 self.package[key].extend(modules)
             for key, qns in p.methods_by_name.items():
                 known = self.methods_by_name[key]
-                known.extend([q for q in qns if q not in known] if known else qns)
+                if not known:
+                    known.extend(qns)
+                    continue
+                seen = known_sets.get(key)
+                if seen is None:
+                    seen = known_sets[key] = set(known)
+                fresh = [q for q in qns if q not in seen]
+                known.extend(fresh)
+                seen.update(fresh)
             for table, part in ((self.members, p.members), (self.aliases, p.aliases)):
                 for key, entries in part.items():
                     into = table.get(key)
