@@ -332,6 +332,36 @@ def test_link_for_reader_opens_privately_and_keeps_holes(tmp_path: Path, engine:
     assert allocated(private) <= allocated(published.resolve()) * 1.2 + 65536
 
 
+def test_a_sparse_copy_keeps_bytes_holes_mode_and_times(tmp_path: Path) -> None:
+    """_copy_sparse (publishes and reader folders): the same bytes and size, holes and all-zero
+    blocks left unallocated, the source's mode and times; an empty file and a file of one hole too."""
+    import os
+
+    from mtrag_resources.stores.qdrant_folder import _copy_sparse
+    src = tmp_path / "src.mmap"
+    with open(src, "wb") as f:
+        f.truncate(8 << 20)  # a preallocated 8 MiB, mostly hole
+        f.seek(1 << 20)
+        f.write(b"\x01" * 70_000 + b"\x00" * (1 << 20) + b"\x02" * 10)  # data, 1 MiB of zeros in data, data
+        f.seek((8 << 20) - 3)
+        f.write(b"end")
+    os.chmod(src, 0o640)
+    os.utime(src, ns=(1_600_000_000_123_456_789, 1_650_000_000_987_654_321))
+    dst = tmp_path / "dst.mmap"
+    written = _copy_sparse(str(src), str(dst))
+    assert dst.read_bytes() == src.read_bytes()
+    assert 70_010 <= written <= 70_010 + 65536 * 3
+    assert dst.stat().st_blocks * 512 <= (1 << 18) + 65536  # neither the hole nor the zero run written
+    assert oct(dst.stat().st_mode & 0o7777) == oct(0o640)
+    assert dst.stat().st_mtime_ns == src.stat().st_mtime_ns
+    for name, size in (("empty", 0), ("hole", 1 << 20)):
+        (tmp_path / name).write_bytes(b"")
+        os.truncate(tmp_path / name, size)
+        assert _copy_sparse(str(tmp_path / name), str(tmp_path / f"{name}.copy")) == 0
+        assert (tmp_path / f"{name}.copy").stat().st_size == size
+        assert (tmp_path / f"{name}.copy").read_bytes() == b"\x00" * size
+
+
 def test_link_for_reader_leaves_the_skipped_collections_out(tmp_path: Path) -> None:
     """A serving reader that adopts a collection's loaded shard links only the others: nothing of
     the skipped one (no file, no folder) is walked into its private folder."""
