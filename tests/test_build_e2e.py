@@ -120,7 +120,7 @@ def test_deleted_file_and_renamed_function_leave_every_store(mtrag_env):
         assert q.count("code", "shop") == sum(r["role"] == "child" for r in chunk_rows("shop"))
 
 
-def test_removed_source_loses_partition_and_published_rows(mtrag_env):
+def test_removed_source_loses_partition_and_published_rows(mtrag_env, tmp_path):
     build()
     mtrag_env["sources"].write_text(
         'sources:\n  - {id: shop, kind: code, path: shop, include: ["src/**/*.py"]}\n')
@@ -131,6 +131,12 @@ def test_removed_source_loses_partition_and_published_rows(mtrag_env):
     assert manifest["generation"] == 2 and list(manifest["sources"]) == ["shop"]
     counts = store_counts("shop-docs", "docs")
     assert counts["qdrant"] == 0 and counts["fts"]["child_rows"] == 0 and counts["neo4j"]["chunks"] == 0
+    # the Qdrant version the manifest names was made after the removed source's points went
+    from mtrag_resources.stores.qdrant_folder import link_for_reader
+    from mtrag_resources.stores.qdrant_store import QdrantStore
+    link_for_reader(manifest["stores"]["qdrant_snapshot"], tmp_path / "published")
+    with QdrantStore(path=tmp_path / "published", lock_timeout=1) as published:
+        assert published.count("docs", "shop-docs") == 0 and published.count("code", "shop") > 0
 
 
 def test_bad_inputs_are_skipped_with_reasons_and_the_build_goes_on(mtrag_env, tmp_path):

@@ -2,6 +2,7 @@
 failure, and a reader serving while a build runs in another process."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -323,3 +324,84 @@ def test_a_serving_reader_loads_a_changed_collection_only_when_no_query_is_in_fl
     finally:
         done.set()
         reader.close()
+
+
+def _wait(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(0.02)
+
+
+def test_a_serving_reader_opens_a_published_version_before_the_manifest_names_it(mtrag_env, monkeypatch):
+    """A serving reader's switch thread (watch_current) opens the Qdrant version a publish made as
+    soon as the `qdrant-published` link names it, while the gate still reads the stores: it serves
+    the loaded generation until the manifest names the version, then swaps to the store it opened.
+    A version no manifest names (a refused publish) is closed once the next publish replaces it."""
+    from mtrag_resources.stages import index_manifest
+    real_gather = index_manifest.gather_views
+    build()
+    reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    tax = mtrag_env["pkg"] / "tax.py"
+    seen: dict = {}
+    try:
+        assert reader.query("apply the regional tax", k=5)["generation"] == 1
+        core = reader._core()
+        reader.watch_current()
+
+        def prefetched_now() -> bool:
+            return core._prefetched is not None and core._prefetched[0] == os.path.realpath(
+                settings().qdrant_published_dir)
+
+        def gate_after_prefetch(name: str, refuse: bool = False):
+            def gather(*args, **kwargs):
+                # the candidate's version is made: the reader opens it and still serves the loaded one
+                _wait(prefetched_now, f"the reader opens the {name} version")
+                seen[name] = core._prefetched
+                assert core.manifest["generation"] == reader.query("apply the regional tax", k=5)["generation"]
+                if refuse:
+                    raise RuntimeError("refused by the test")
+                return real_gather(*args, **kwargs)
+            return gather
+
+        monkeypatch.setattr(index_manifest, "gather_views", gate_after_prefetch("second"))
+        _edit_tax(mtrag_env, "prefetched")
+        build()
+        version, store = seen["second"][:2]
+        assert load_current(settings().manifest_dir)["stores"]["qdrant_snapshot"] == version
+        _wait(lambda: core.manifest["generation"] == 2, "the switch to generation 2")
+        assert core._qdrant is store and core._prefetched is None
+        answer = reader.query("round to cents (prefetched)", k=5)
+        assert answer["generation"] == 2 and any("tax.py" in h["file_path"] for h in answer["hits"])
+
+        def closed(name: str):
+            store, folder = seen[name][1:3]
+            return lambda: store not in core._open_qdrants and not Path(folder).exists()
+
+        # a refused publish's version stays opened, unserved; the next version replaces it
+        marker = "prefetched"
+        for name in ("refused", "refused again"):
+            monkeypatch.setattr(index_manifest, "gather_views", gate_after_prefetch(name, refuse=True))
+            tax.write_text(tax.read_text().replace(f"({marker})", f"({name})"))
+            marker = name
+            with contextlib.suppress(Exception):
+                build()
+            assert load_current(settings().manifest_dir)["generation"] == 2
+            assert core._prefetched is not None and core._prefetched[1] is seen[name][1]
+            assert reader.query("apply the regional tax", k=5)["generation"] == 2
+        _wait(closed("refused"), "the first refused version's store closed and its folder removed")
+
+        # a manifest that names another version than the one opened (not looked at in between):
+        # the switch closes the opened one and opens the manifest's
+        monkeypatch.setattr(index_manifest, "gather_views", real_gather)
+        monkeypatch.setattr(core, "_prefetch", lambda: None)
+        tax.write_text(tax.read_text().replace(f"({marker})", "(third)"))
+        build()
+        _wait(lambda: core.manifest["generation"] == 3, "the switch to generation 3")
+        assert core._qdrant is not seen["refused again"][1] and core._prefetched is None
+        _wait(closed("refused again"), "the second refused version's store closed and its folder removed")
+        answer = reader.query("round to cents (third)", k=5)
+        assert answer["generation"] == 3 and any("tax.py" in h["file_path"] for h in answer["hits"])
+    finally:
+        reader.close()
+    assert core._prefetched is None

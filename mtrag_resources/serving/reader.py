@@ -152,6 +152,11 @@ class ReaderCore:
         self._folders_lock = threading.Lock()
         self._open_qdrants: list = []
         self._retired: set[str] = set()
+        # The published Qdrant version a serving reader opened before a manifest named it
+        # (_prefetch): (version, store, private folder, adopted collections), and the
+        # `qdrant-published` link target it last looked at
+        self._prefetched: tuple | None = None
+        self._prefetch_seen: str | None = None
         self._embedder = None
         self._multilingual = None
         # A query's side reads (the query embedding, the graph's markers) run here while its own
@@ -190,6 +195,7 @@ class ReaderCore:
             while not self._stopped.wait(interval):
                 try:
                     self._switch()
+                    self._prefetch()
                 except Exception as exc:  # noqa: BLE001 - the first load failed: the next turn retries
                     self.switch_error = f"{type(exc).__name__}: {exc}"
 
@@ -219,11 +225,14 @@ class ReaderCore:
                 # the loaded shards: loading one holds the GIL (~40-100 ms a collection at
                 # django's size), and every query waits that long
                 adopted = {} if first_load or not manifest else self._adoptable(manifest)
+                prepared = self._take_prefetched(manifest)
+                if prepared is not None:
+                    adopted = prepared[2]
                 # A serving reader loads the changed collections' shards where no query is in
                 # flight (the load holds the GIL): queries answer from the loaded one meanwhile.
                 paced = not first_load and self._watching.is_set()
                 with paced_loads(lambda: paced and self._lock.wait_idle(SWITCH_QUIET_WAIT_S)):
-                    stores = self._open_stores(manifest, graph, adopted) if manifest else (None, None, None, None)
+                    stores = self._open_stores(manifest, graph, adopted, prepared) if manifest else (None, None, None, None)
                 if not first_load and isinstance(stores[3], Future):
                     # A switch thread waits for the graph connection itself: a query after the
                     # swap must not wait for it (an unreachable Neo4j takes its connect timeout).
@@ -239,7 +248,7 @@ class ReaderCore:
                 self._switch_retry_at = time.monotonic() + SWITCH_RETRY_S
                 return
             self.switch_error = None
-            if not first_load:
+            if not first_load and prepared is None:  # a prefetched store was read and warmed then
                 self._read_through(stores[1], skip=set(adopted))
                 _warm_vectors(stores[0], manifest, skip=set(adopted))
             with self._lock.exclusive():
@@ -303,10 +312,12 @@ class ReaderCore:
             return {}
         return client.shared(unchanged_collections(loaded, wanted, client.homes))
 
-    def _open_stores(self, manifest: dict, graph=None, adopted: dict | None = None) -> tuple:
+    def _open_stores(self, manifest: dict, graph=None, adopted: dict | None = None,
+                     prepared: tuple | None = None) -> tuple:
         """(qdrant, its private folder, fts, neo4j) for `manifest`; nothing stays open on failure
         (but `graph`, a connection the caller holds and passes on, is left open, and so are the
-        `adopted` shards, the loaded generation's)."""
+        `adopted` shards, the loaded generation's). `prepared`: (qdrant, folder, adopted) opened
+        for the manifest's version already (_take_prefetched)."""
         snapshot = manifest.get("stores", {}).get("qdrant_snapshot")
         # The graph connection (the driver's import, a Bolt handshake, the markers' read) is made
         # on the side pool while this thread opens the vector segments and a first query embeds and
@@ -316,10 +327,10 @@ class ReaderCore:
         if not reused:
             graph = self._side_pool.submit(self._connect_neo4j)
         try:
-            qdrant, copy = open_published_qdrant(self.settings, snapshot, adopted)
-            if qdrant is not None:
-                with self._folders_lock:
-                    self._open_qdrants.append(qdrant)
+            if prepared is not None:
+                qdrant, copy = prepared[:2]  # registered in _open_qdrants when it was opened
+            else:
+                qdrant, copy = self._open_qdrant(snapshot, adopted)
             try:
                 fts = open_fts(self.settings)
             except BaseException:
@@ -330,6 +341,68 @@ class ReaderCore:
                 self._close((None, None, None, graph.result()))
             raise
         return qdrant, copy, fts, graph
+
+    def _open_qdrant(self, snapshot: str | None, adopted: dict | None) -> tuple:
+        qdrant, copy = open_published_qdrant(self.settings, snapshot, adopted)
+        if qdrant is not None:
+            with self._folders_lock:
+                self._open_qdrants.append(qdrant)
+        return qdrant, copy
+
+    def _prefetch(self) -> None:
+        """A serving reader opens the embedded Qdrant version a publish made as soon as the
+        `qdrant-published` link names it: the publishing stage makes the version before its gate
+        reads the stores and writes the manifest, so the switch that follows finds it linked,
+        its changed collections loaded and warm (at django, ~60-100 ms of a switch beside a
+        running watch). Only what a manifest names is served: a version the next manifest does
+        not name is closed then (_take_prefetched). Called by the switch thread alone."""
+        if not self._watching.is_set() or self.manifest is None or self.settings.qdrant_url \
+                or self._manifest_override is not None or self._stopped.is_set():
+            return
+        link = self.settings.qdrant_published_dir
+        try:
+            target = os.readlink(link)
+        except OSError:  # no version yet, or a folder from before the links
+            return
+        if target == self._prefetch_seen:
+            return
+        self._prefetch_seen = target
+        version = os.path.realpath(link)
+        if version == (self.manifest.get("stores") or {}).get("qdrant_snapshot"):
+            return
+        with self._switching:
+            self._drop_prefetched()
+            adopted = self._adoptable({"stores": {"qdrant_snapshot": version}})
+            try:
+                with paced_loads(lambda: self._lock.wait_idle(SWITCH_QUIET_WAIT_S)):
+                    qdrant, copy = self._open_qdrant(version, adopted)
+            except Exception:  # noqa: BLE001 - the switch opens it itself and says what failed
+                return
+            self._read_through(copy, skip=set(adopted))
+            _warm_vectors(qdrant, self.manifest, skip=set(adopted))
+            self._prefetched = (version, qdrant, copy, adopted)
+
+    def _take_prefetched(self, manifest: dict | None) -> tuple | None:
+        """(qdrant, folder, adopted) prefetched for `manifest`'s Qdrant version, now the caller's;
+        a prefetched store of another version is closed. The caller holds `_switching`."""
+        prepared, self._prefetched = self._prefetched, None
+        if prepared is None:
+            return None
+        if manifest and (manifest.get("stores") or {}).get("qdrant_snapshot") == prepared[0]:
+            return prepared[1:]
+        self._close_prefetched(prepared)
+        return None
+
+    def _drop_prefetched(self) -> None:
+        prepared, self._prefetched = self._prefetched, None
+        if prepared is not None:
+            self._close_prefetched(prepared)
+
+    def _close_prefetched(self, prepared: tuple) -> None:
+        """Close a prefetched store no manifest named (its adopted shards stay the loaded
+        generation's), on a thread of its own like a replaced generation."""
+        threading.Thread(target=self._close, args=((prepared[1], prepared[2], None, None),), daemon=True,
+                         name="mtrag-reader-close").start()
 
     @property
     def _neo4j(self):
@@ -423,6 +496,10 @@ class ReaderCore:
 
     def close(self) -> None:
         self._stopped.set()
+        with self._switching:
+            prepared, self._prefetched = self._prefetched, None
+        if prepared is not None:
+            self._close((prepared[1], prepared[2], None, None))
         with self._lock.exclusive():
             self._close(self._take_stores())
             self._loaded_stamp = None

@@ -125,6 +125,14 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
     snapshot = None
     try:
         with timed(meta, "seconds"):
+            # The Qdrant version first: a serving reader opens it as soon as `qdrant-published`
+            # names it (ReaderCore._prefetch) while the gate reads the stores and the manifest is
+            # written; a refused candidate's version is pruned below like any other. Not where a
+            # source was removed: gather_views deletes its points first.
+            publish_cost: dict = {}
+            early = not removed
+            if early:
+                snapshot = snapshot_qdrant(settings, publish_cost)
             views, extra_markers, locations = gather_views(settings, specs, removed)
             # With a multilingual embedder configured, every CJK child needs its multilingual point and
             # vector (the gate checks both); the manifest records it only where CJK text is.
@@ -139,8 +147,8 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
             if failures:
                 raise PublishRefused(failures)
             number = manifests.latest_number(settings.manifest_dir) + 1
-            publish_cost: dict = {}
-            snapshot = snapshot_qdrant(settings, publish_cost)
+            if not early:
+                snapshot = snapshot_qdrant(settings, publish_cost)
             sources = {}
             for spec in specs:
                 layout = SourceLayout(settings, spec.id)
