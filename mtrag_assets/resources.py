@@ -1,7 +1,6 @@
 """The one resource every asset uses: where MTRAG_HOME is, the sources, and the embedder."""
 from __future__ import annotations
 
-
 import dagster as dg
 from pydantic import PrivateAttr
 

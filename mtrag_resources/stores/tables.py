@@ -314,8 +314,9 @@ def held_table(path: Path, columns: list[str] | None = None, filters: list[tuple
     (neo4j_graph's totals and changed edges, fts_db's endpoints, qdrant_collection's counts): each
     read of django's bucketed tables was 30-75 ms of a watch batch."""
     path = Path(path)
-    held = _ARROW.get(resolved_name(path))
-    if held is None or held[0] != _identity(path):
+    key = _identity(path)  # its first field is the table's resolved name, the key of what is held
+    held = _ARROW.get(key[0]) if key is not None else None
+    if held is None or held[0] != key:
         return read_table(path, columns=columns, filters=filters)
     table = held[1]
     if columns is None and not table.schema.equals(read_schema(path)):
@@ -340,7 +341,7 @@ def hold_table(path: Path, table: pa.Table) -> None:
     """Hold `table`, just written to `path` (write_table), for held_table's reads of this version."""
     key = _identity(Path(path))
     if key is not None:
-        _ARROW[resolved_name(path)] = (key, table)
+        _ARROW[key[0]] = (key, table)
 
 
 def column_counts(table: pa.Table, column: str) -> dict:
@@ -642,8 +643,8 @@ def hold_arrow(path: Path) -> None:
     warm-up: its first merge then reads no file); nothing where there is no table."""
     path = Path(path)
     key = _identity(path)
-    if key is not None and _ARROW.get(resolved_name(path), (None,))[0] != key:
-        _ARROW[resolved_name(path)] = (key, _read_as_built(path))
+    if key is not None and _ARROW.get(key[0], (None,))[0] != key:
+        _ARROW[key[0]] = (key, _read_as_built(path))
 
 
 def _row_changes(old: list, new: list, pk: str, checked: bool = False, ordered: bool = False,
