@@ -734,6 +734,8 @@ def main() -> int:
         return 0
 
     if args.table:
+        if not args.out.exists():
+            raise SystemExit(f"{args.out}: no figures yet; run `bench/vector_curve.py` first (or pass --out FILE)")
         print_table(json.loads(args.out.read_text()))
         return 0
     from importlib.metadata import version
