@@ -1,6 +1,7 @@
 """Neo4jStore against a real server (the session fixture starts a local one unless NEO4J_URI is set)."""
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -70,6 +71,52 @@ def test_schema_is_idempotent(neo4j_store):
     assert constraints and all(state == "ONLINE" for *_, state in indexes)
     assert neo4j_store.ensure_schema() == {"created": []}
     assert _schema(neo4j_store) == (constraints, indexes)  # nothing added, dropped or changed
+
+
+def _credentials() -> tuple[str | None, str | None]:
+    """As the neo4j_store fixture: a server named by NEO4J_URI may want them, the local one none."""
+    if os.environ.get("NEO4J_URI"):
+        return os.environ.get("NEO4J_USER"), os.environ.get("NEO4J_PASSWORD")
+    return None, None
+
+
+def test_missing_rules_are_made_again_together_and_beside_a_parallel_writer(neo4j_store, neo4j_uri):
+    """Rules gone from the database are made again (in one transaction), online before the call
+    returns; two stores making the same missing rules at once (partitions building in parallel)
+    both finish, and the schema is whole."""
+    from mtrag_resources.stores.neo4j_store import Neo4jStore
+
+    wanted = set(neo4j_store._schema_statements())
+    gone = ["mtrag_entity_name", "mtrag_chunk_chunk_id", "mtrag_rel_calls_rel_id"]
+    for name in gone:
+        neo4j_store._write(f"DROP INDEX {name} IF EXISTS")
+    assert sorted(neo4j_store.ensure_schema()["created"]) == sorted(gone)
+    constraints, indexes = _schema(neo4j_store)
+    assert wanted <= {name for name, *_ in indexes} and all(state == "ONLINE" for *_, state in indexes)
+
+    for name in gone:
+        neo4j_store._write(f"DROP INDEX {name} IF EXISTS")
+    others = [Neo4jStore(neo4j_uri, *_credentials()) for _ in range(2)]
+    start = threading.Barrier(len(others))
+    results, errors = [], []
+
+    def make(store) -> None:
+        try:
+            start.wait()
+            results.append(store.ensure_schema())
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(store,)) for store in others]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for store in others:
+        store.close()
+    assert not errors, errors
+    assert all(set(r["created"]) <= set(gone) for r in results) and len(results) == 2
+    assert _schema(neo4j_store) == (constraints, indexes)  # the same rules as before, all online
 
 
 def test_write_is_idempotent(neo4j_store, sid):
