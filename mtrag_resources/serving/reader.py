@@ -385,24 +385,25 @@ class ReaderCore:
     def _take_prefetched(self, manifest: dict | None) -> tuple | None:
         """(qdrant, folder, adopted) prefetched for `manifest`'s Qdrant version, now the caller's;
         a prefetched store of another version is closed. The caller holds `_switching`."""
-        prepared, self._prefetched = self._prefetched, None
-        if prepared is None:
-            return None
-        if manifest and (manifest.get("stores") or {}).get("qdrant_snapshot") == prepared[0]:
+        prepared = self._prefetched
+        if prepared is not None and manifest and (manifest.get("stores") or {}).get("qdrant_snapshot") == prepared[0]:
+            self._prefetched = None
             return prepared[1:]
-        self._close_prefetched(prepared)
+        self._drop_prefetched()
         return None
 
-    def _drop_prefetched(self) -> None:
+    def _drop_prefetched(self, wait: bool = False) -> None:
+        """Close the prefetched store, if any, that no manifest named (its adopted shards stay the
+        loaded generation's): on a thread of its own like a replaced generation, or here (`wait`).
+        The caller holds `_switching`."""
         prepared, self._prefetched = self._prefetched, None
-        if prepared is not None:
-            self._close_prefetched(prepared)
-
-    def _close_prefetched(self, prepared: tuple) -> None:
-        """Close a prefetched store no manifest named (its adopted shards stay the loaded
-        generation's), on a thread of its own like a replaced generation."""
-        threading.Thread(target=self._close, args=((prepared[1], prepared[2], None, None),), daemon=True,
-                         name="mtrag-reader-close").start()
+        if prepared is None:
+            return
+        stores = (prepared[1], prepared[2], None, None)
+        if wait:
+            self._close(stores)
+        else:
+            threading.Thread(target=self._close, args=(stores,), daemon=True, name="mtrag-reader-close").start()
 
     @property
     def _neo4j(self):
@@ -497,9 +498,7 @@ class ReaderCore:
     def close(self) -> None:
         self._stopped.set()
         with self._switching:
-            prepared, self._prefetched = self._prefetched, None
-        if prepared is not None:
-            self._close((prepared[1], prepared[2], None, None))
+            self._drop_prefetched(wait=True)
         with self._lock.exclusive():
             self._close(self._take_stores())
             self._loaded_stamp = None
