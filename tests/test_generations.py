@@ -404,4 +404,49 @@ def test_a_serving_reader_opens_a_published_version_before_the_manifest_names_it
         assert answer["generation"] == 3 and any("tax.py" in h["file_path"] for h in answer["hits"])
     finally:
         reader.close()
+
+
+def test_a_collection_new_in_a_prefetched_generation_is_warmed_at_the_switch(mtrag_env, monkeypatch):
+    """The prefetch warms the collections the loaded manifest names; a publish that adds a source
+    of another kind adds a collection, which the switch to the prefetched store warms itself."""
+    from mtrag_resources.serving import reader as reader_module
+    from mtrag_resources.stages import index_manifest
+    sources = mtrag_env["sources"]
+    both = sources.read_text()
+    sources.write_text("\n".join(line for line in both.splitlines() if "shop-docs" not in line) + "\n")
+    build()
+    warmed: list[set] = []
+    real_warm = reader_module._warm_vectors
+
+    def recorded(qdrant, manifest, skip=frozenset()):
+        names = (manifest.get("stores", {}).get("qdrant_collections") or {}).values()
+        warmed.append({n for n in names if n not in skip})
+        return real_warm(qdrant, manifest, skip)
+
+    monkeypatch.setattr(reader_module, "_warm_vectors", recorded)
+    reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
+    try:
+        assert reader.query("apply the regional tax", k=5)["generation"] == 1
+        core = reader._core()
+        reader.watch_current()
+        real_gather = index_manifest.gather_views
+        opened: list = []
+
+        def gather(*args, **kwargs):
+            _wait(lambda: core._prefetched is not None, "the reader opens the new version")
+            opened.append(core._prefetched[1])
+            return real_gather(*args, **kwargs)
+
+        monkeypatch.setattr(index_manifest, "gather_views", gather)
+        sources.write_text(both)
+        build()
+        _wait(lambda: core.manifest["generation"] == 2, "the switch to generation 2")
+        assert core._qdrant is opened[0]  # the prefetched store is served
+        # the prefetch warmed what the loaded manifest names (no docs collection); the switch, last,
+        # warmed the collection the new manifest adds
+        assert len(warmed) >= 2 and all("mtrag_docs" not in w for w in warmed[:-1])
+        assert "mtrag_docs" in warmed[-1]
+        assert reader.query("apply the regional tax", k=5)["generation"] == 2
+    finally:
+        reader.close()
     assert core._prefetched is None

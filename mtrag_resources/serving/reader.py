@@ -248,9 +248,14 @@ class ReaderCore:
                 self._switch_retry_at = time.monotonic() + SWITCH_RETRY_S
                 return
             self.switch_error = None
-            if not first_load and prepared is None:  # a prefetched store was read and warmed then
+            if not first_load and prepared is None:
                 self._read_through(stores[1], skip=set(adopted))
                 _warm_vectors(stores[0], manifest, skip=set(adopted))
+            elif prepared is not None:
+                # _prefetch read the folder through and warmed the collections the loaded manifest
+                # names: one this manifest adds is warmed here
+                loaded = (self.manifest or {}).get("stores", {}).get("qdrant_collections") or {}
+                _warm_vectors(stores[0], manifest, skip=set(adopted) | set(loaded.values()))
             with self._lock.exclusive():
                 old = self._take_stores()
                 if old[3] is not None and old[3] is stores[3]:
