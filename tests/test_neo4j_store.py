@@ -160,13 +160,45 @@ def test_warm_up_plans_and_rehearses_every_write_and_writes_nothing(neo4j_store,
         before, marker, links = neo4j_store.database_counts(), neo4j_store.marker(sid), neo4j_store.marker(LINKS_SOURCE)
         held, held_links = _projection(neo4j_store, sid), _projection(neo4j_store, LINKS_SOURCE)
         assert held[0] and held[1] and held_links[1]
-        assert neo4j_store.warm_up([sid]) == 2 + 2 * len(ALLOWED_LABELS) + 3 * len(ALLOWED_REL_TYPES)
+        # the node drop and the delta's begin, a MERGE and a CREATE per row shape (Chunk, Issue, the
+        # other labels), the two relationship CREATEs, a relationship drop per type
+        assert neo4j_store.warm_up([sid]) == 2 + 2 * 3 + 2 + len(ALLOWED_REL_TYPES)
         assert neo4j_store.database_counts() == before
         assert neo4j_store.marker(sid) == marker and neo4j_store.marker(LINKS_SOURCE) == links
         assert _projection(neo4j_store, sid) == held and _projection(neo4j_store, LINKS_SOURCE) == held_links
         assert neo4j_store.chunk_count(sid) == neo4j_store.counts(sid)["chunks"] == 4
     finally:
         neo4j_store.delete_source(LINKS_SOURCE)
+
+
+def test_labels_and_types_of_one_row_shape_share_one_statement(neo4j_store, sid, monkeypatch):
+    """A first write sends one CREATE text for the nodes of every label with the same properties
+    and one for the relationships of every type (the label or type goes as a parameter): a
+    just-started server plans each text once (~0.1 s each), not once per label and type. The
+    nodes and relationships still get their own label and type."""
+    sent: list[str] = []
+    real_run_batch = neo4j_store._run_batch
+    monkeypatch.setattr(neo4j_store, "_run_batch", lambda session, statements: sent.extend(
+        q for q, _ in statements) or real_run_batch(session, statements))
+    nodes, rels, chunks = code_graph(sid)
+    nodes.append(GraphNode(node_id=f"{sid}:K", label="Class", name="K", qualified_name="pkg.K", source_id=sid,
+                           file_path="pkg/mod.py", start_line=90, end_line=99))
+    rels.append(rel(sid, "INHERITS", "K", "mod"))
+    first = neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
+    assert first["created_relationships"] == {"DEFINES": 4, "CALLS": 3, "INHERITS": 1, "HAS_CHUNK": 4}
+    node_creates = {q for q in sent if " CREATE (n:" in q}
+    rel_creates = {q for q in sent if " CREATE (a)-[r:" in q}
+    assert len(node_creates) == 2  # Module, Function and Class in one; Chunk's other properties in another
+    assert len(rel_creates) == 1   # four types
+    nodes_held, rels_held = _projection(neo4j_store, sid)
+    assert {n["id"]: sorted(n["labels"]) for n in nodes_held if not n["id"].startswith("chunk:")} == {
+        f"{sid}:mod": ["Entity", "Module"], f"{sid}:K": ["Class", "Entity"],
+        **{f"{sid}:{x}": ["Entity", "Function"] for x in "abcd"}}
+    assert {n["id"]: sorted(n["labels"]) for n in nodes_held if n["id"].startswith("chunk:")} == {
+        chunk_node_id(f"{sid}-c-{x}"): ["Chunk", "Entity"] for x in "abcd"}
+    assert sorted((r["t"], r["a"], r["b"]) for r in rels_held if r["t"] in ("INHERITS", "CALLS")) == [
+        ("CALLS", f"{sid}:a", f"{sid}:b"), ("CALLS", f"{sid}:b", f"{sid}:c"), ("CALLS", f"{sid}:c", f"{sid}:d"),
+        ("INHERITS", f"{sid}:K", f"{sid}:mod")]
 
 
 def test_warm_up_reads_what_a_links_delta_reads(neo4j_store, sid, monkeypatch):
@@ -416,7 +448,7 @@ def test_first_write_creates_without_merge(neo4j_store, sid, monkeypatch):
     first = neo4j_store.write_source(sid, "g1", nodes, rels, chunks)
     assert (first["written_nodes"], first["written_relationships"]) == (9, 11)
     assert sent and not any("MERGE (n:Entity" in q for q in sent)
-    assert any("CREATE (n:Entity:Function" in q for q in sent)
+    assert any("CREATE (n:Entity:$($label)" in q for q in sent)
     sent.clear()
     nodes[1].start_line = 77
     again = neo4j_store.write_source(sid, "g2", nodes, rels, chunks)

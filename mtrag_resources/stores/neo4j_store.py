@@ -652,10 +652,10 @@ class Neo4jStore:
         merge_of: dict[str, str] = {}  # CREATE statement -> its MERGE twin (see _execute)
         for kind, groups in (("merge", plan.upserts), ("create", plan.new_nodes)):
             for label, rows in groups.items():
-                merge, create = self._node_statements(check_label(label))
+                merge, create, params = self._node_statements(check_label(label))
                 if kind == "create":
                     merge_of[create] = merge
-                steps.append((create if kind == "create" else merge, rows, {"sid": source_id},
+                steps.append((create if kind == "create" else merge, rows, {"sid": source_id, **params},
                               ("node", label)))
 
         stats = _WriteStats()
@@ -681,18 +681,20 @@ class Neo4jStore:
         }
 
     @staticmethod
-    def _node_statements(label: str) -> tuple[str, str]:
-        """(MERGE, CREATE) of `label` nodes from list rows. MERGE, for node_ids the projection has:
-        `SET n = {...}` replaces all properties (no leftovers from an older shape of the node) and
-        removing the other allowlisted labels handles an entity whose kind changed. CREATE, for
-        node_ids it does not have: no lookup, no lock on an index entry, no label changes (a first
-        write's ~38k Django nodes: ~15% less server CPU than MERGE)."""
-        others = ":".join(lbl for lbl in ALLOWED_LABELS if lbl != label)
+    def _node_statements(label: str) -> tuple[str, str, dict]:
+        """(MERGE, CREATE, their parameters) of `label` nodes from list rows. MERGE, for node_ids
+        the projection has: `SET n = {...}` replaces all properties (no leftovers from an older
+        shape of the node) and removing the other allowlisted labels handles an entity whose kind
+        changed. CREATE, for node_ids it does not have: no lookup, no lock on an index entry, no
+        label changes (a first write's ~38k Django nodes: ~15% less server CPU than MERGE). The
+        label goes as a parameter (`$(...)`, Neo4j 5.26): labels of one row shape share one text,
+        so one plan (see _CREATE_REL)."""
         fields = CHUNK_FIELDS if label == "Chunk" else NODE_FIELDS + _LABEL_FIELDS.get(label, ())
         props = _props_map(fields, {"source_id": "$sid"})
+        params = {"label": label, "others": [lbl for lbl in ALLOWED_LABELS if lbl != label]}
         return (_KEEP_PLAN + f"UNWIND $rows AS row MERGE (n:Entity {{node_id: row[0]}}) SET n = {props} "
-                f"REMOVE n:{others} SET n:{label}",
-                _KEEP_PLAN + f"UNWIND $rows AS row CREATE (n:Entity:{label} {props}) {_RETURN_IDS}")
+                "REMOVE n:$($others) SET n:$($label)",
+                _KEEP_PLAN + f"UNWIND $rows AS row CREATE (n:Entity:$($label) {props}) {_RETURN_IDS}", params)
 
     def _merge_relations(self, session, projection: str, creates: dict[tuple[str, bool], list[list]],
                          stats: "_WriteStats", progress: Callable[[str, int], None] | None,
@@ -712,9 +714,9 @@ class Neo4jStore:
                     by_key.append(row)
                 else:
                     by_id.append([a, b, *row[2:]])
-            steps += [(statement(t), group, {"p": projection}, ("rel", t, replaces))
-                      for statement, group in ((self._create_rel_by_id_statement, by_id),
-                                               (self._create_rel_statement, by_key)) if group]
+            steps += [(statement, group, {"p": projection, "t": check_rel_type(t)}, ("rel", t, replaces))
+                      for statement, group in ((self._CREATE_REL_BY_ID, by_id), (self._CREATE_REL, by_key))
+                      if group]
         return self._execute(session, steps, stats, progress, last=commit, creates_only=True)
 
     _DROP_NODES = (_KEEP_PLAN + "UNWIND $rows AS id MATCH (n:Entity {node_id: id}) "
@@ -726,22 +728,16 @@ class Neo4jStore:
         return (_KEEP_PLAN + f"UNWIND $rows AS id MATCH ()-[r:{t} {{rel_id: id}}]->() "
                 f"USING INDEX SEEK r:{t}(rel_id) WHERE r.projection = $p DELETE r")
 
-    @staticmethod
-    def _create_rel_statement(rel_type: str) -> str:
-        return Neo4jStore._create_rel(rel_type, "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
-                                                "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) ")
-
-    @staticmethod
-    def _create_rel_by_id_statement(rel_type: str) -> str:
-        """_create_rel_statement for rows whose endpoints are internal node ids (`_RETURN_IDS`)."""
-        return Neo4jStore._create_rel(rel_type, "MATCH (a) WHERE id(a) = row[0] MATCH (b) WHERE id(b) = row[1] ")
-
-    @staticmethod
-    def _create_rel(rel_type: str, ends: str) -> str:
-        """CREATE a `rel_type` relationship per row [src, dst, *REL_FIELDS], its ends found by `ends`."""
-        t = check_rel_type(rel_type)
-        return (_KEEP_PLAN + "UNWIND $rows AS row " + ends
-                + f"CREATE (a)-[r:{t} {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
+    # CREATE a relationship of type $t (checked; a parameter, Neo4j 5.26's `$(...)`: one text, so
+    # one plan, for every type: a statement's first planning costs ~0.1 s on a just-started JVM) per
+    # row [src, dst, *REL_FIELDS], its ends found by node_id, or (_BY_ID) by the internal ids
+    # their CREATE returned (`_RETURN_IDS`).
+    _CREATE_REL = (_KEEP_PLAN + "UNWIND $rows AS row "
+                   "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
+                   "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) "
+                   f"CREATE (a)-[r:$($t) {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
+    _CREATE_REL_BY_ID = (_KEEP_PLAN + "UNWIND $rows AS row MATCH (a) WHERE id(a) = row[0] MATCH (b) WHERE id(b) = row[1] "
+                         f"CREATE (a)-[r:$($t) {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
 
     def warm_up(self, source_ids: Iterable[str] = ()) -> int:
         """Plan every statement a write sends, each with no rows (nothing is written), so that the
@@ -750,18 +746,18 @@ class Neo4jStore:
         `source_ids` and the links hold (_rehearse: rolled back; what they hold comes into the page
         cache); and read the gate's counts. Returns the number of statements."""
         self.ensure_schema_once()
-        statements = [self._DROP_NODES]
+        statements = [self._DROP_NODES, self._CREATE_REL, self._CREATE_REL_BY_ID]
         for label in ALLOWED_LABELS:
-            statements.extend(self._node_statements(label))
+            statements.extend(q for q in self._node_statements(label)[:2] if q not in statements)
         for t in ALLOWED_REL_TYPES:
-            statements += [self._drop_rel_statement(t), self._create_rel_statement(t),
-                           self._create_rel_by_id_statement(t)]
+            statements.append(self._drop_rel_statement(t))
 
         statements.append(self._BEGIN_FROM)  # matches no marker: source id ""
 
         def work(tx):
             for q in statements:
-                tx.run(q, rows=[], p="", sid="", base="", gen="", committed=COMMITTED, begin=BEGIN).consume()
+                tx.run(q, rows=[], p="", sid="", base="", gen="", committed=COMMITTED, begin=BEGIN,
+                       label="Entity", others=[], t="CALLS").consume()
 
         with self._session() as session:
             session.execute_write(work)
@@ -817,14 +813,15 @@ class Neo4jStore:
                     tx.run(self._drop_rel_statement(t), rows=[r[2] for r, _ in rows], p=projection).consume()
             for label, rows in nodes.items():
                 if rows:
-                    tx.run(self._node_statements(label)[0], rows=rows, sid=source_id).consume()
+                    merge, _, params = self._node_statements(label)
+                    tx.run(merge, rows=rows, sid=source_id, **params).consume()
 
         def creates(tx) -> None:  # both ways of finding the endpoints (_merge_relations)
             for t, rows in rels.items():
                 if rows:
-                    tx.run(self._create_rel_statement(t), rows=[r for r, _ in rows], p=projection).consume()
-                    tx.run(self._create_rel_by_id_statement(t), rows=[ids + r[2:] for r, ids in rows],
-                           p=projection).consume()
+                    tx.run(self._CREATE_REL, rows=[r for r, _ in rows], p=projection, t=t).consume()
+                    tx.run(self._CREATE_REL_BY_ID, rows=[ids + r[2:] for r, ids in rows], p=projection,
+                           t=t).consume()
             tx.run(self._MARKER, sid=projection, gen="", state=COMMITTED).consume()
 
         rolled_back(drops_and_nodes)
