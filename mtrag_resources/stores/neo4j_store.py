@@ -735,12 +735,12 @@ class Neo4jStore:
     # one plan, for every type: a statement's first planning costs ~0.1 s on a just-started JVM) per
     # row [src, dst, *REL_FIELDS], its ends found by node_id, or (_BY_ID) by the internal ids
     # their CREATE returned (`_RETURN_IDS`).
+    _CREATE_REL_ROW = f"CREATE (a)-[r:$($t) {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)"
     _CREATE_REL = (_KEEP_PLAN + "UNWIND $rows AS row "
                    "MATCH (a:Entity {node_id: row[0]}) USING INDEX SEEK a:Entity(node_id) "
-                   "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) "
-                   f"CREATE (a)-[r:$($t) {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
+                   "MATCH (b:Entity {node_id: row[1]}) USING INDEX SEEK b:Entity(node_id) " + _CREATE_REL_ROW)
     _CREATE_REL_BY_ID = (_KEEP_PLAN + "UNWIND $rows AS row MATCH (a) WHERE id(a) = row[0] MATCH (b) WHERE id(b) = row[1] "
-                         f"CREATE (a)-[r:$($t) {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)")
+                         + _CREATE_REL_ROW)
 
     def warm_up(self, source_ids: Iterable[str] = ()) -> int:
         """Plan every statement a write sends, each with no rows (nothing is written), so that the
@@ -749,13 +749,11 @@ class Neo4jStore:
         `source_ids` and the links hold (_rehearse: rolled back; what they hold comes into the page
         cache); and read the gate's counts. Returns the number of statements."""
         self.ensure_schema_once()
-        statements = [self._DROP_NODES, self._CREATE_REL, self._CREATE_REL_BY_ID]
-        for label in ALLOWED_LABELS:
-            statements.extend(q for q in self._node_statements(label)[:2] if q not in statements)
-        for t in ALLOWED_REL_TYPES:
-            statements.append(self._drop_rel_statement(t))
-
-        statements.append(self._BEGIN_FROM)  # matches no marker: source id ""
+        statements = list(dict.fromkeys([  # distinct texts: labels of one row shape share theirs
+            self._DROP_NODES, self._CREATE_REL, self._CREATE_REL_BY_ID,
+            *(q for label in ALLOWED_LABELS for q in self._node_statements(label)[:2]),
+            *(self._drop_rel_statement(t) for t in ALLOWED_REL_TYPES),
+            self._BEGIN_FROM]))  # the begin matches no marker: source id ""
 
         def work(tx):
             for q in statements:
