@@ -2,7 +2,9 @@
 
   embed_only   plain SentenceTransformer.encode (batch 64, same model, same chunk texts) and
                mtrag's Embedder on the same texts, alternating, 2 rounds each, fastest counts
-  full         `mtrag build` on a fresh MTRAG_HOME
+  full         `mtrag build` on a fresh MTRAG_HOME: full_s, full_over_mtrag_embed (against mtrag's
+               embedding alone), and the CPU seconds of the build's process tree (full_cpu_s) and of
+               the local Neo4j it started (full_neo4j_cpu_s), beside mtrag_embed_only_cpu_s
   nochange     `mtrag build` again
   append       one function with a docstring appended to flask/helpers.py
   insert       one function inserted in the middle of click/utils.py
@@ -32,7 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, fetch_sdist, mtrag_env, rss_mb, wipe_work, write_json  # noqa: E402
+from bench.common import REPO, cpu_s, fetch_sdist, mtrag_env, rss_mb, wipe_work, write_json  # noqa: E402
+from mtrag_resources.core.config import Settings  # noqa: E402
+from mtrag_resources.stores.neo4j_server import Neo4jServer  # noqa: E402
 
 APPENDED = '''
 
@@ -65,9 +69,9 @@ from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 texts = json.load(open(sys.argv[1]))
 embedder = Embedder(EmbedderConfig.from_env())
 embedder.encode(texts[:1])  # load before the clock, as the plain run loads before its clock
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 embedder.encode(texts)
-print(json.dumps({"seconds": time.perf_counter() - t0, "texts": len(texts)}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "texts": len(texts)}))
 '''
 
 
@@ -93,7 +97,8 @@ def run_measured(cmd: list[str], env: dict) -> dict:
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{output[-4000:]}")
-    return {"wall": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "output": output}
+    return {"wall": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "output": output}
 
 
 def mtrag_build(env: dict) -> dict:
@@ -116,6 +121,13 @@ print(json.dumps({{k: plain(getattr(v, "value", None)) for k, v in meta.items()}
 """
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def local_neo4j_cpu(home: Path) -> float | None:
+    """CPU seconds the home's local Neo4j has used since it started (None: none runs)."""
+    pid = Neo4jServer(Settings(home=home))._pid()
+    used = cpu_s(pid) if pid is not None else None
+    return None if used is None else round(used, 2)
 
 
 def embedded_total(env: dict, sources: list[str]) -> int:
@@ -185,9 +197,14 @@ def main() -> None:
     # like a model download: done here, outside the timed build.
     run_measured([sys.executable, "-c", PREPARE_EMBEDDER], env)
     print("full build ...", flush=True)
-    full = mtrag_build(env) if not reuse else {"wall": None, "peak_rss_mb": None}
+    full = mtrag_build(env) if not reuse else {"wall": None, "peak_rss_mb": None, "cpu_s": None}
     result["full_s"] = full["wall"]
     result["peak_rss_mb"] = full["peak_rss_mb"]
+    # Where the full build's CPU went, against the two cores: the build's process tree (embedding,
+    # stages, Dagster) and the local Neo4j it started (a separate session: not in the tree's rusage).
+    result["full_cpu_s"] = full["cpu_s"]
+    result["full_neo4j_cpu_s"] = None if reuse else local_neo4j_cpu(home)
+    result["cores"] = os.cpu_count()
     stage = {s: {a: latest(env, a, s).get("seconds") for a in
                  ("raw_source", "cas_chunks", "canonical_graph", "embedding_cache", "qdrant_collection", "fts_db",
                   "neo4j_graph")} for s in ids}
@@ -223,6 +240,12 @@ def main() -> None:
     result["full_over_embed"] = round(result["full_s"] / result["embed_only_s"], 3) if result["full_s"] else None
     result["mtrag_embed_only_s"] = round(ours_doc["seconds"], 2)
     result["mtrag_embed_only_rounds_s"] = [round(d["seconds"], 2) for d in ours_docs]
+    result["mtrag_embed_only_cpu_s"] = round(ours_doc["cpu_s"], 2)
+    result["full_over_mtrag_embed"] = round(result["full_s"] / ours_doc["seconds"], 3) if result["full_s"] else None
+    if result["full_s"]:
+        print(f"full build {result['full_s']} s = {result['full_over_mtrag_embed']}x mtrag's embedding alone "
+              f"({ours_doc['seconds']:.1f} s, {ours_doc['cpu_s']:.1f} CPU-s); CPU: build {result['full_cpu_s']} s "
+              f"+ Neo4j {result['full_neo4j_cpu_s']} s on {result['cores']} cores", flush=True)
     result["embed_speedup"] = round(plain_doc["seconds"] / ours_doc["seconds"], 3)
     # inside the build (model load excluded, other stages' work interleaved): texts/s
     result["build_embed_texts_per_s"] = round(result["embedded_full"] / mtrag_embed_s, 1) if mtrag_embed_s else None

@@ -114,6 +114,15 @@ def git_commit(tree: Path) -> str:
                           text=True).stdout.strip()
 
 
+def cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system, all threads) a live process has used so far; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def rss_mb(pid: int) -> float:
     """A live process's resident memory now (VmRSS), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -21,18 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import REPO, write_json  # noqa: E402
+from bench.common import REPO, cpu_s, write_json  # noqa: E402
 from mtrag_resources.core.config import Settings  # noqa: E402
 from mtrag_resources.stores import neo4j_cds  # noqa: E402
 from mtrag_resources.stores.neo4j_server import Neo4jServer, find_java, resolve_jars  # noqa: E402
 
 NODES, RELS, BATCH = 10_000, 20_000, 2_000
 WARM_WRITES = 3  # the last of these writes (each on new nodes) is warm_write_s: the steady state
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write(uri: str, label: str = "BenchN") -> float:
@@ -61,10 +56,10 @@ def one_boot(cds: str, work: Path, archive: Path) -> dict:
         uri = server.start()
         boot = time.perf_counter() - t0
         pid = server._pid()
-        boot_cpu = cpu_seconds(pid)
+        boot_cpu = cpu_s(pid)
         mapped = neo4j_cds.mapped_archive(pid)
         first = write(uri)
-        cpu_after = cpu_seconds(pid)
+        cpu_after = cpu_s(pid)
         for n in range(WARM_WRITES - 1):  # the same write again, on new nodes: the JVM warms up
             write(uri, f"BenchWarm{n}")
         warm = write(uri, "BenchWarm")

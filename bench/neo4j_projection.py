@@ -59,6 +59,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import cpu_s  # noqa: E402
 from mtrag_resources.core.config import Settings  # noqa: E402
 from mtrag_resources.core.layout import SourceLayout  # noqa: E402
 from mtrag_resources.core.models import GraphNode, GraphRelation, sha256_hex  # noqa: E402
@@ -106,13 +107,7 @@ def synthetic(source_id: str, n_nodes: int, n_rels: int, seed: int, renamed: set
 
 def _server_cpu(pid: int | None) -> float | None:
     """CPU seconds (all threads) the local server process has used, or None."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+    return None if pid is None else cpu_s(pid)
 
 
 def _run(store: Neo4jStore, source: str, generation: str, graph, server_pid: int | None = None) -> dict:
