@@ -18,11 +18,12 @@ MTRAG_NEO4J_VERSION, MTRAG_NEO4J_CACHE, MTRAG_NEO4J_HEAP (default 1g: a first wr
 bench/neo4j_projection.py --fresh, 7.7-8.5k rels/s against 5.8-6.3k with 512m, where the collector
 ran most of the time; 2g was no faster), MTRAG_NEO4J_PAGECACHE (default 64m: 256m was no faster
 there), MTRAG_NEO4J_BOLT_PORT,
-MTRAG_NEO4J_JIT (`tiered`, the default: the JVM's two JIT compilers; `c1`: the quick one only. On a
-loaded 2-CPU machine `c1` made a fresh server's first writes 1.5-2x faster, since the optimizing
-compiler's threads compete with the queries for the cores; but on a quiet one it made every later
-write ~1.5x slower: bench/neo4j_projection.py small write 0.60 s vs 0.38 s, first write 3.4k vs
-5.8k rels/s).
+MTRAG_NEO4J_JIT (`tiered`, the default: the JVM's two JIT compilers; `c1`: the quick one only. `c1`
+suits a short-lived server and `tiered` a long-lived one; on 2 cores, Dec 2026: a fresh-home full
+build of bench/build.py's corpus 69.6 s vs 72.7 s, its Neo4j using 14.5 vs 25.9 CPU-s
+(bench/full_build_ab.py, 2 rounds alternating); Django's graph on a fresh server
+(bench/neo4j_projection.py --source-sdist django==5.2.19 --fresh) first write on the cold JVM 5.1k vs
+3.8k rels/s, but once warm 6.4-7.2k vs 8.2-10.6k, and a one-file change 2.0 s vs 1.4-1.6 s).
 """
 from __future__ import annotations
 
