@@ -125,8 +125,7 @@ print(json.dumps({{k: plain(getattr(v, "value", None)) for k, v in meta.items()}
 
 def local_neo4j_cpu(home: Path) -> float | None:
     """CPU seconds the home's local Neo4j has used since it started (None: none runs)."""
-    pid = Neo4jServer(Settings(home=home))._pid()
-    used = cpu_s(pid) if pid is not None else None
+    used = cpu_s(Neo4jServer(Settings(home=home))._pid())
     return None if used is None else round(used, 2)
 
 

@@ -114,8 +114,11 @@ def git_commit(tree: Path) -> str:
                           text=True).stdout.strip()
 
 
-def cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system, all threads) a live process has used so far; None when it is gone."""
+def cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system, all threads) a live process has used so far; None when it is gone
+    (or no pid is given)."""
+    if pid is None:
+        return None
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -105,19 +105,14 @@ def synthetic(source_id: str, n_nodes: int, n_rels: int, seed: int, renamed: set
     return nodes, rels, chunks
 
 
-def _server_cpu(pid: int | None) -> float | None:
-    """CPU seconds (all threads) the local server process has used, or None."""
-    return None if pid is None else cpu_s(pid)
-
-
 def _run(store: Neo4jStore, source: str, generation: str, graph, server_pid: int | None = None) -> dict:
     """One write_source, timed: wall seconds, plus the CPU seconds of this process and of the local
     server (less noisy than wall time on a shared machine)."""
     nodes, rels, chunks = graph
-    s0, c0, t = _server_cpu(server_pid), time.process_time(), time.monotonic()
+    s0, c0, t = cpu_s(server_pid), time.process_time(), time.monotonic()
     stats = store.write_source(source, generation, nodes, rels, chunks)
     wall = time.monotonic() - t
-    client_cpu, s1 = time.process_time() - c0, _server_cpu(server_pid)
+    client_cpu, s1 = time.process_time() - c0, cpu_s(server_pid)
     projected = sum(stats["relationships"].values())
     out = {"seconds": round(wall, 3), "rels_per_s": round(projected / wall, 1), "projected_relationships": projected,
            "client_cpu_s": round(client_cpu, 3),
