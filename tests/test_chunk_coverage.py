@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtrag_resources.core.models import stable_id
-from mtrag_resources.ingest.chunking.code import chunk_code
+from mtrag_resources.ingest.chunking.code import MODULE_SPAN_MAX_LINES, chunk_code
 from mtrag_resources.ingest.chunking.definitions import OUTLINE_MAX_CHARS
 from mtrag_resources.ingest.chunking.docs import _parse_html, chunk_doc
 from mtrag_resources.ingest.chunking.pdf import chunk_pdf_text, pdf_units
@@ -307,7 +307,11 @@ def test_a_25000_char_settings_module_is_windowed_whole():
     for n, line in enumerate(lines, start=1):
         if line.startswith("SETTING_"):
             assert any(c.start_line <= n <= c.end_line and line in c.text for c in modules), n
-    assert all(b.start_line <= a.end_line for a, b in zip(modules, modules[1:]))
+    # the docstring is a part of its own (a function lies between it and the settings); the
+    # settings' windows overlap by lines, and no part spans more lines than it may
+    assert modules[0].end_line < 4 < modules[1].start_line
+    assert all(b.start_line <= a.end_line for a, b in zip(modules[1:], modules[2:]))
+    assert all(c.end_line - c.start_line < MODULE_SPAN_MAX_LINES for c in modules)
     # part 1 keeps the id of the one module chunk a short module has; the others add their index
     base = ("django", "django/conf/global_settings.py", "module", "child", "django.conf.global_settings", 1)
     assert [c.chunk_id for c in modules] == [stable_id(*base)] + [stable_id(*base, i) for i in range(2, len(modules) + 1)]
@@ -390,3 +394,17 @@ def test_a_file_over_max_file_bytes_is_reported_with_its_size(tmp_path, monkeypa
     on_disk = json.loads(next((tmp_path / "home").rglob("inventory.json")).read_text())
     assert {"path": "big.py", "size": 3000, "status": "skipped"}.items() <= next(
         f for f in on_disk["files"] if f["path"] == "big.py").items()
+
+
+def test_a_module_chunk_spans_only_the_lines_it_holds():
+    """A module header and a comment 300 lines further down (between two functions) are not one
+    chunk claiming lines 1-300: each part spans the lines it holds."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(140))
+    text = ('"""A module: its docstring and imports."""\nimport os\n\n\ndef first():\n' + body
+            + "\n\n# a comment between two functions\n\n\ndef second():\n" + body + "\n\nLAST = 1\n")
+    pf = chunk_code("s", "pkg/far.py", text, "python")
+    assert_covered(text, pf)
+    modules = [c for c in pf.chunks if c.chunk_type == "module"]
+    assert [c.start_line for c in modules] == [1, text[:text.index("# a comment")].count("\n") + 1,
+                                                text.count("\n")]
+    assert all(c.end_line - c.start_line < 5 for c in modules)

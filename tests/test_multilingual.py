@@ -65,12 +65,17 @@ def test_chinese_question_finds_its_paragraph_through_the_multilingual_channel(c
     try:
         answer = reader.query(QUESTION, k=5)
         assert answer["stale"] == []
-        assert answer["channels"]["dense"]["embedder"] == "multilingual"
+        assert answer["channels"]["dense_ml"]["embedder"] == "multilingual"
+        assert answer["channels"]["dense"]["embedder"] == "default"  # searched with the translation
+        assert answer["translation"]
         assert any(TARGET in h["text"] for h in answer["hits"]), [h["text"][:40] for h in answer["hits"]]
         dense_only = reader.query(QUESTION, k=5, mode="dense")
         assert any(TARGET in h["text"] for h in dense_only["hits"])
-        # An English question keeps the default embedder.
-        assert reader.query("vector search fusion", k=3)["channels"]["dense"]["embedder"] == "default"
+        # An English question reaches the Chinese paragraph through the multilingual collection.
+        english = reader.query("If the program crashes halfway through writing, does it leave messy data behind?", k=5)
+        assert english["channels"]["dense_ml"]["embedder"] == "multilingual"
+        assert "translation" not in english.to_dict()
+        assert any(TARGET in h["text"] for h in english["hits"]), [h["text"][:40] for h in english["hits"]]
     finally:
         reader.close()
 
@@ -107,7 +112,7 @@ def test_a_generation_embedded_by_another_multilingual_model_is_stale_for_that_c
     try:
         answer = reader.query(QUESTION, k=5)
         assert [x["store"] for x in answer["stale"]] == ["qdrant_ml"]
-        assert answer["channels"]["dense"]["embedder"] == "default"
+        assert "dense_ml" not in answer["channels"] and answer["channels"]["dense"]["embedder"] == "default"
     finally:
         reader.close()
 

@@ -116,12 +116,23 @@ def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale:
 
 
 def exact_matched(hits: list[dict], text: str) -> bool:
-    """Did the query's own identifier resolve: an alias equal to it, or a symbol ending with it
-    (`Context.invoke` names `click.core.Context.invoke`)?"""
+    """Did the query's own identifier resolve: an alias equal to it, a symbol ending with it
+    (`Context.invoke` names `click.core.Context.invoke`), or a symbol its package re-exports
+    (`json.JSONDecodeError` names `json.decoder.JSONDecodeError`)?"""
     norm = normalize_alias(text)
     return any(h["match"] == "exact" and normalize_alias(h["alias"]) == norm
-               or h["match"] == "last_part" and normalize_alias(h.get("symbol") or "").endswith("." + norm)
+               or h["match"] == "last_part" and names_through_package(normalize_alias(h.get("symbol") or ""), norm)
                for h in hits)
+
+
+def names_through_package(symbol: str, name: str) -> bool:
+    """Is `symbol` what the dotted `name` means: the same, ending with it, or defined in a module
+    under the package `name` writes (`json.JSONDecodeError` -> `json.decoder.JSONDecodeError`: a
+    package's `__init__` re-exports what its modules define)?"""
+    if symbol == name or symbol.endswith("." + name):
+        return True
+    package, _, last = name.rpartition(".")
+    return bool(package) and symbol.startswith(package + ".") and symbol.endswith("." + last)
 
 
 def true_cosines(store, lock: threading.Lock, qvec, recalled: list[str], known: dict, rows: dict,

@@ -136,6 +136,8 @@ SCHEMAS: dict[str, dict] = {
         "exact": _ref("Exact"),
         "confidence": {"type": "string", "enum": ["high", "normal", "low"]},
         "timings_ms": {"type": "object", "additionalProperties": {"type": "number"}},
+        "translation": _S | {"description": "The English words a Chinese question was also searched with."},
+        "empty_reason": _S | {"description": "Why the answer has no hit (absent when it has one)."},
     }, ["generation", "query", "mode", "hits", "bridge", "paths", "bundles", "stale", "channels", "exact",
         "confidence"], "The answer to a query: the JSON of `mtrag query --json`."),
     "PathsAnswer": _obj({"generation": _GEN, "from": _S, "to": _NS, "paths": _array(_PATH),

@@ -133,6 +133,17 @@ def _strip_question_words(text: str) -> str:
     return core
 
 
+def lexical_text(text: str) -> str:
+    """The words of a question that the lexical channel should require: English question and
+    function words dropped ("how do I prompt for a password" -> "prompt password"), so that a
+    chunk quoting the question word for word is not the only one that holds every word. An
+    identifier, or a question of nothing but such words, is searched as written."""
+    if is_identifier_query(text):
+        return text
+    kept = [w for w in text.split() if w.strip(string.punctuation).lower() not in _EN_QUESTION_WORDS]
+    return " ".join(kept) if kept else text
+
+
 def _core_size(core: str) -> int:
     size = 0
     for word in core.split():

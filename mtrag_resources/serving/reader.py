@@ -47,13 +47,14 @@ from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
 from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
-from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, preprocess_query, prose_of
+from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, lexical_text, preprocess_query, prose_of
 from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSource, UnknownSymbol: the reader's API)
     DEFAULT_PATH_RELATIONS, MODES, QueryError, UnknownSource, UnknownSymbol, check_known_sources, check_paths,
     check_query, check_sources, validate_text)
 from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
+from mtrag_resources.serving.translation import QueryTranslator, Translation
 from mtrag_resources.serving.results import (  # noqa: F401  (the reader's result types, re-exported)
     Answer, BridgeEntry, Bundle, ChannelCount, ChannelRank, Exact, Hit, Parent, PathsAnswer, Stale, Status, StoreState)
 
@@ -159,6 +160,7 @@ class ReaderCore:
         self._prefetch_seen: str | None = None
         self._embedder = None
         self._multilingual = None
+        self._translator = QueryTranslator()       # a Chinese question's English words (loaded on first use)
         # A query's side reads (the query embedding, the graph's markers) run here while its own
         # thread searches FTS and Qdrant: onnxruntime and the Neo4j socket release the GIL.
         self._side_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mtrag-query-side")
@@ -190,6 +192,7 @@ class ReaderCore:
         if self._watching.is_set():
             return
         self._watching.set()
+        self._side_pool.submit(self._translator.load)  # a server's first Chinese question does not wait for it
 
         def loop() -> None:
             while not self._stopped.wait(interval):
@@ -598,12 +601,13 @@ class ReaderCore:
         t0 = time.perf_counter()
         return self.embedder().encode([text])[0], _ms(t0)
 
-    def _vector_space(self, text: str) -> tuple[bool, list[dict]]:
-        """Does the query's dense channel search the multilingual collections? Yes for a CJK query
-        when the generation has them and the query-side multilingual embedder is the one that
-        embedded them; a mismatch is reported stale and the default embedder serves instead."""
+    def _multilingual_channel(self) -> tuple[bool, list[dict]]:
+        """Does the query also search the multilingual collections (the CJK chunks, embedded by
+        the multilingual model)? Yes when the generation has them and the query-side multilingual
+        embedder is the one that embedded them, whatever the question's language: an English
+        question finds a Chinese doc there. A mismatch is reported stale."""
         published = self.manifest.get("multilingual")
-        if not published or not is_cjk_query(text):
+        if not published:
             return False, []
         if self._multilingual is None:
             self._multilingual = MultilingualEmbedder(threads=1)
@@ -666,6 +670,7 @@ class ReaderCore:
                "exact": {"identifier": is_identifier_query(text), "matched": False}, "confidence": "low"}
         if not self.manifest:
             out["stale"] = list(self._gate_from({}, {}).stale)
+            out["empty_reason"] = "nothing is published yet: run `mtrag build`"
             return out
         # A scoped query: every channel (dense, FTS, exact, bridge, paths, bundles) reads only these
         # published sources; an id the manifest does not hold is refused before any store is read.
@@ -674,33 +679,38 @@ class ReaderCore:
         # FTS and dense searches, which need only the local stores' markers; the graph markers are
         # joined before the first graph read, so "markers before == markers after" still brackets it.
         graph = self._side_pool.submit(self._graph_markers)
-        embedding = None
-        space, space_stale = self._vector_space(text)
+        # A Chinese question's English words: the lexical channel and the default embedder read
+        # English; the original question still reaches the Chinese index and the multilingual one.
+        translation = self._translate(text)
+        english = translation.english
+        embedding = ml_embedding = None
+        multilingual, space_stale = self._multilingual_channel()
         if "dense" in MODES[mode] or mode == "bundles":
-            embedding = self._side_pool.submit(self._embed_query_ml if space else self._embed_query, text)
+            embedding = self._side_pool.submit(self._embed_query, english or text)
+            if multilingual:
+                ml_embedding = self._side_pool.submit(self._embed_query_ml, text)
         local = self._local_markers()
         state = self._gate_from(local, "graph markers not read yet")  # qdrant and fts verdicts only
         out["generation"] = state.generation
         sources = self.manifest["sources"]
         kinds = [kind] if kind else sorted({e["kind"] for s, e in sources.items() if scope is None or s in scope})
         pre = preprocess_query(text)
-        collection_of = collection_kind if space else channels_.same_kind
         # the exact channel and the bridge share them
         lookups = channels_.AliasLookups(self._fts, channels_.scope_ids(sources, state.stale_for("fts"), scope))
-        rankings, cosines, dense_kind, qvec, exact_found = self._recall(text, k, kind, mode, state, kinds,
-                                                                        embedding, t, collection_of, lookups, scope)
+        rankings, cosines, dense_kind, qvec, exact_found = self._recall(text, translation.keywords, k, kind, mode, state, kinds,
+                                                                        embedding, t, lookups, scope)
+        ml_cosines = self._recall_multilingual(ml_embedding, k, kinds, state, scope, rankings, dense_kind, t)
         recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
         stale_f = state.stale_for("fts")
-        hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"),
-                          collection_of)
+        hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"))
         state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
         out["stale"] = list(state.stale)
         self._hydrate_parents(hits, stale_f)
         self._name_commits(hits)
         out["hits"] = hits
-        out["exact"], out["confidence"] = self._honesty(text, hits, exact_found, space)
+        out["exact"], out["confidence"] = self._honesty(text, hits, exact_found, ml_cosines)
         out["bridge"], proposals = doc_to_code_bridge(self._neo4j, self._fts, self.manifest, hits, state,
                                                       self._query_code(text, state, lookups, scope), text, scope)
         if proposals and self.log_proposals:
@@ -714,8 +724,14 @@ class ReaderCore:
             out["bundles"] = self._bundles(pre, rows, cosines, recalled)
         out["channels"] = {c: {"hits": len(r)} for c, r in rankings.items()}
         if "dense" in out["channels"]:
-            out["channels"]["dense"]["embedder"] = "multilingual" if space else "default"
+            out["channels"]["dense"]["embedder"] = "default"
+        if "dense_ml" in out["channels"]:
+            out["channels"]["dense_ml"]["embedder"] = "multilingual"
+        if english:
+            out["translation"] = english
         out["stale"].extend(space_stale)
+        if not hits:
+            out["empty_reason"] = self._why_empty(kind, kinds, scope, state, translation)
         out["timings_ms"] = t
         return out
 
@@ -739,27 +755,67 @@ class ReaderCore:
         rows = self._fts.get_chunks(ids) if ids else {}
         return [rows[c] for c in dict.fromkeys(ids) if c in rows]
 
-    def _honesty(self, text: str, hits: list[dict], exact_found: list[dict], multilingual: bool) -> tuple[dict, str]:
+    def _honesty(self, text: str, hits: list[dict], exact_found: list[dict],
+                 ml_cosines: dict[str, float]) -> tuple[dict, str]:
         """Say when nothing answers: an identifier-shaped query with no symbol of that name is
         `exact.matched: false` and low confidence (a made-up name never looks like a hit); other
-        queries are low confidence when no top hit is as close as a calibrated cosine."""
+        queries are low confidence when no top hit is as close as a calibrated cosine in either
+        vector space (the default one, or the multilingual one for a Chinese chunk)."""
         identifier = is_identifier_query(text)
         if identifier:
             matched = channels_.exact_matched(exact_found, text)
             return {"identifier": True, "matched": matched}, "high" if matched else "low"
         exact = {"identifier": False, "matched": bool(exact_found)}
-        cosines = [h["cosine"] for h in hits[:3] if h.get("cosine") is not None]
-        floor = MIN_TOP_COSINE["multilingual" if multilingual else "default"]
-        if exact_found or (cosines and max(cosines) >= floor):
-            return exact, "normal"
-        return exact, "low"
+        top = hits[:3]
+        close = any(h.get("cosine") is not None and h["cosine"] >= MIN_TOP_COSINE["default"] for h in top) \
+            or any(ml_cosines.get(h["chunk_id"], 0.0) >= MIN_TOP_COSINE["multilingual"] for h in top)
+        return exact, "normal" if exact_found or close else "low"
 
-    def _recall(self, text: str, k: int, kind: str | None, mode: str, state: gate.GateState, kinds: list[str],
-                embedding, t: dict, collection_of, lookups,
+    def _why_empty(self, kind: str | None, kinds: list[str], scope: set[str] | None, state: gate.GateState,
+                   translation: Translation) -> str:
+        """One sentence on why a query found nothing: the scope, the kind, lagging stores, or words
+        that neither the index nor the dictionary knows."""
+        sources = {s: e for s, e in self.manifest["sources"].items()
+                   if (scope is None or s in scope) and (kind is None or e["kind"] == kind)}
+        where = f"the sources {sorted(scope)}" if scope is not None else "the published sources"
+        if not sources:
+            return f"{where} hold no source of kind {kind!r}" if kind else f"{where} hold no source"
+        if all(state.is_stale(s, "fts") and state.is_stale(s, "qdrant") for s in sources):
+            return f"every store of {where} lags the published generation (see `stale`)"
+        if translation.words and not translation.english:
+            return (f"no chunk of {where} shares a word with the question, and its Chinese words "
+                    f"{translation.unknown} have no English translation in the dictionary")
+        searched = ", ".join(sorted(kinds))
+        return f"no chunk of {where} ({searched}) shares a word with the question or is close to it"
+
+    def _translate(self, text: str) -> Translation:
+        """The English words of a question written (mostly) in Chinese; no translation otherwise:
+        an English question with a Chinese word keeps its own words."""
+        return self._translator.translate(text) if is_cjk_query(text) else Translation("", ())
+
+    def _recall_multilingual(self, ml_embedding, k: int, kinds: list[str], state: gate.GateState,
+                             scope: set[str] | None, rankings: dict, dense_kind: dict, t: dict) -> dict[str, float]:
+        """The multilingual collections' ranking (`dense_ml`, Chinese chunks) added to `rankings`;
+        returns its cosines (a space of its own: not comparable with the default one's)."""
+        if ml_embedding is None or self._qdrant is None:
+            return {}
+        qvec, t["embed_ml_ms"] = ml_embedding.result()
+        t0 = time.perf_counter()
+        found, ml_kind = channels_.dense(self._qdrant, self._qdrant_lock, qvec, k, kinds, self.manifest["sources"],
+                                         state.stale_for("qdrant"), self._unpublished, collection_kind, scope)
+        for cid, kd in ml_kind.items():
+            dense_kind.setdefault(cid, kd)
+        rankings["dense_ml"] = [cid for cid, _ in found]
+        t["dense_ml_ms"] = _ms(t0)
+        return dict(found)
+
+    def _recall(self, text: str, english: str, k: int, kind: str | None, mode: str, state: gate.GateState,
+                kinds: list[str], embedding, t: dict, lookups,
                 scope: set[str] | None = None) -> tuple[dict, dict, dict, object, list[dict]]:
         """Each channel's ranking for the query (the dense one with cosines), the collection kind of
         each dense hit, the query vector (None when no dense channel runs) and the exact matches
         (looked up for an identifier-shaped query even when the mode has no exact channel).
+        `english`: a Chinese question's translated keywords, searched lexically beside it (`fts_en`).
         `scope`: a scoped query's sources, which each store is asked to restrict itself to."""
         sources = self.manifest["sources"]
         channels = MODES[mode]
@@ -770,7 +826,10 @@ class ReaderCore:
         fts_hits = None
         if "fts" in channels:  # before waiting for the embedding, which runs meanwhile
             t0 = time.perf_counter()
-            fts_hits = channels_.fts(self._fts, text, k, kind, sources, stale_f, scope)
+            fts_hits = channels_.fts(self._fts, lexical_text(text), k, kind, sources, stale_f, scope)
+            if english:
+                rankings["fts_en"] = [h["chunk_id"] for h in
+                                      channels_.fts(self._fts, lexical_text(english), k, kind, sources, stale_f, scope)]
             t["fts_ms"] = _ms(t0)
         qvec = None
         if embedding is not None:
@@ -780,7 +839,7 @@ class ReaderCore:
         if "dense" in channels and self._qdrant is not None:
             t0 = time.perf_counter()
             dense, dense_kind = channels_.dense(self._qdrant, self._qdrant_lock, qvec, k, kinds, sources,
-                                                stale_q, self._unpublished, collection_of, scope)
+                                                stale_q, self._unpublished, scope=scope)
             dense.sort(key=lambda x: -x[1])
             cosines.update(dict(dense))
             rankings["dense"] = dense
@@ -797,12 +856,12 @@ class ReaderCore:
         return rankings, cosines, dense_kind, qvec, exact_found
 
     def _fuse(self, rankings: dict, cosines: dict, rows: dict, payloads: dict, recalled: list[str],
-              kinds: list[str], qvec, k: int, stale_q: set[str], collection_of) -> list[dict]:
+              kinds: list[str], qvec, k: int, stale_q: set[str]) -> list[dict]:
         """The channels' rankings fused into the top k hits, each with its true cosine."""
         if qvec is not None and self._qdrant is not None:
             # Exact and lexical candidates get their true cosine by point id: no invented ranks.
             cosines.update(channels_.true_cosines(self._qdrant, self._qdrant_lock, qvec, recalled, cosines, rows,
-                                                  kinds, stale_q, collection_of))
+                                                  kinds, stale_q))
             if "dense" in rankings and "exact" in rankings:
                 exact_cos = {c: cosines[c] for c in rankings["exact"] if c in cosines}
                 rankings["dense"] = merge_exact_into_dense(rankings["dense"][: max(k * 3, 20)], exact_cos)

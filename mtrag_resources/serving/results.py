@@ -293,8 +293,10 @@ class Answer(_Result):
     (`Hit`s, best first), `bridge` (`BridgeEntry`s, at most 12), `paths` (verified call paths
     from the best exact code hit: dicts with `nodes`, `edges`, `hops`), `bundles` (`Bundle`s, mode
     `bundles` only), `stale` (`Stale`: the channels left out and why), `channels` (channel ->
-    `ChannelCount`), `exact` (`Exact`), `confidence` (`high` | `normal` | `low`) and `timings_ms`
-    (stage -> milliseconds; None when nothing is published, and then absent from the JSON).
+    `ChannelCount`), `exact` (`Exact`), `confidence` (`high` | `normal` | `low`), `timings_ms`
+    (stage -> milliseconds; None when nothing is published, and then absent from the JSON),
+    `translation` (the English words a Chinese question was also searched with) and `empty_reason`
+    (why there is no hit); both None, and absent from the JSON, where they do not apply.
 
     Also a read-only Mapping over `to_dict()` (the module doc's compatibility view)."""
 
@@ -310,6 +312,8 @@ class Answer(_Result):
     exact: Exact = _key(parse=Exact.from_dict)
     confidence: str = _key()
     timings_ms: dict[str, float] | None = _key(optional=True)
+    translation: str | None = _key(optional=True)
+    empty_reason: str | None = _key(optional=True)
     extra: dict = field(default_factory=dict)
 
 

@@ -31,6 +31,8 @@ LANGUAGE_BY_SUFFIX: dict[str, str] = {
 # Parent chunks go back to a reader as context; past this they are cut (at a line boundary) and
 # end with a marker carrying the full text's sha256, so the parent's hash still tracks every edit.
 PARENT_MAX_CHARS = 12_000
+MODULE_SPAN_MAX_LINES = 80  # one module-level chunk spans at most this many lines of its file
+MODULE_GAP_LINES = 3  # module-level lines this close (blank lines squeezed) are one block
 
 
 def module_name_for(file_path: str) -> str:
@@ -343,7 +345,7 @@ class _FileAssembler:
         if not kept:
             return []
         body = "".join(line for _, line in kept)
-        parts = [(1, kept[0][0], kept[-1][0], body)] if len(body) <= WINDOW_MAX_CHARS else windows(kept)
+        parts = module_parts(kept)
         if len(body) > PARENT_MAX_CHARS:  # a data or generated module: many chunks for one file
             warnings.append(f"{self.file_path}: module-level code ({len(body)} chars, lines {kept[0][0]}-"
                             f"{kept[-1][0]}) is over {PARENT_MAX_CHARS} chars; cut into {len(parts)} windows")
@@ -371,3 +373,35 @@ class _FileAssembler:
     @property
     def file_parent_id(self) -> str:
         return stable_id(self.source_id, self.file_path, "file", "parent", self.module_qn, 1)
+
+
+def module_parts(kept: list[tuple[int, str]]) -> list[tuple[int, int, int, str]]:
+    """(part, first line, last line, text) of a module's own lines, so that a chunk's lines are
+    the lines it holds (a header and the comments between far-apart functions are not one
+    300-line hit): blocks of consecutive lines, neighbours merged while the part spans fewer
+    than MODULE_SPAN_MAX_LINES lines and fits one window; a longer block is cut into overlapping
+    windows of at most that many lines."""
+    blocks: list[list[tuple[int, str]]] = []
+    for number, line in kept:
+        if blocks and number - blocks[-1][-1][0] <= MODULE_GAP_LINES:
+            blocks[-1].append((number, line))
+        else:
+            blocks.append([(number, line)])
+    merged: list[list[tuple[int, str]]] = []
+    for block in blocks:
+        prev = merged[-1] if merged else None
+        if prev and block[-1][0] - prev[0][0] < MODULE_SPAN_MAX_LINES \
+                and sum(len(x) for _, x in prev + block) <= WINDOW_MAX_CHARS:
+            prev.extend(block)
+        else:
+            merged.append(list(block))
+    parts: list[tuple[int, int, int, str]] = []
+    for run in merged:
+        while len(run) > 1 and not run[-1][1].strip():
+            run.pop()
+        if run[-1][0] - run[0][0] < MODULE_SPAN_MAX_LINES and sum(len(x) for _, x in run) <= WINDOW_MAX_CHARS:
+            pieces = [(1, run[0][0], run[-1][0], "".join(x for _, x in run))]
+        else:
+            pieces = windows(run, max_lines=MODULE_SPAN_MAX_LINES)
+        parts.extend((len(parts) + 1, first, last, text) for _, first, last, text in pieces if text.strip())
+    return parts
