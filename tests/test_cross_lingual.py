@@ -80,3 +80,14 @@ def test_a_name_its_package_re_exports_is_found(reader):
     assert answer["exact"] == {"identifier": True, "matched": True}
     assert _symbols(answer, 1) == ["shopcart.tax.apply_tax"]
     assert reader.query("shopcart.apply_vat", k=5)["exact"]["matched"] is False
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_a_section_named_by_its_title_is_one_hit_not_a_parent_and_its_child(reader):
+    answer = reader.query("Shopcart guide", k=10)
+    assert answer["exact"]["matched"]
+    texts = [h["text"] for h in answer["hits"]]
+    assert len(texts) == len(set(texts))
+    assert all(h["parent"] is None or h["parent"]["chunk_id"] != h["chunk_id"] for h in answer["hits"])
+    assert not {h["chunk_id"] for h in answer["hits"]} & {h["parent"]["chunk_id"] for h in answer["hits"] if h["parent"]}

@@ -103,6 +103,10 @@ def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale:
             # only what the identifier names exactly (at most 3 chunks); a guess on its last part
             # would be noise here
             hits.extend([h for h in lookups(ident) if h["match"] == "exact"][:3])
+    # An alias of a parent (a doc section's title, a class, a file) answers with its first child:
+    # a parent is the context of its children, never a hit beside them.
+    first_child = store.first_children(h["chunk_id"] for h in hits)
+    hits = [{**h, "chunk_id": first_child.get(h["chunk_id"], h["chunk_id"])} for h in hits]
     out, seen = [], set()
     for h in hits:
         if h["chunk_id"] in seen or h["source_id"] not in sources or h["source_id"] in stale \

@@ -760,6 +760,19 @@ class FtsStore:
                     out[d.pop("child_id")] = d
         return out
 
+    def first_children(self, parent_ids: Iterable[str]) -> dict[str, str]:
+        """{parent_id: the chunk id of its first child (lowest start line)} for each given parent
+        that has a child stored."""
+        ids = list(dict.fromkeys(c for c in parent_ids if c))
+        out: dict[str, str] = {}
+        with self._read() as conn:
+            for i in range(0, len(ids), _BATCH):
+                part = ids[i:i + _BATCH]
+                q = (f"SELECT parent_id, chunk_id FROM chunks WHERE role = 'child' AND parent_id IN "
+                     f"({', '.join('?' * len(part))}) ORDER BY start_line DESC, chunk_id DESC")
+                out.update({r["parent_id"]: r["chunk_id"] for r in conn.execute(q, part)})
+        return out
+
     # ------------------------------------------------------------------ markers / meta
     def marker(self, source_id: str) -> Marker | None:
         r = self._conn.execute("SELECT source_id, generation, state FROM markers WHERE source_id = ?",
