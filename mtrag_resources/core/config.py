@@ -29,6 +29,7 @@ ENVIRONMENT: dict[str, Variable] = {
     "MTRAG_EMBED_MODEL": Variable("all-MiniLM-L6-v2", "any sentence-transformers model name or path"),
     "MTRAG_EMBED_DEVICE": Variable("cpu", "`cuda` for a GPU"),
     "MTRAG_EMBED_BACKEND": Variable("onnx-int8 on the CPU", "onnx-int8, onnx or torch"),
+    "MTRAG_RANKER": Variable("on", "`off` keeps the fused order instead of the learned ranker's (serving/ranker.py)"),
     "MTRAG_EMBED_BATCH": Variable("32 (ONNX), 64 (torch)", "texts per embedding batch"),
     "MTRAG_EMBED_ALLOW_DOWNLOAD": Variable("unset", "`1` lets a model be fetched from the Hugging Face hub"),
     "MTRAG_CACHE_DIR": Variable("$XDG_CACHE_HOME/mtrag", "ONNX exports, weight fingerprints, Neo4j jars"),

@@ -55,6 +55,7 @@ from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
 from mtrag_resources.serving.shared_lock import SharedLock
 from mtrag_resources.serving.translation import QueryTranslator, Translation
+from mtrag_resources.serving.ranker import Ranker
 from mtrag_resources.serving.results import (  # noqa: F401  (the reader's result types, re-exported)
     Answer, BridgeEntry, Bundle, ChannelCount, ChannelRank, Exact, Hit, Parent, PathsAnswer, Stale, Status, StoreState)
 
@@ -161,6 +162,7 @@ class ReaderCore:
         self._embedder = None
         self._multilingual = None
         self._translator = QueryTranslator()       # a Chinese question's English words (loaded on first use)
+        self.ranker = Ranker()                     # the learned order of the fused list's head
         # A query's side reads (the query embedding, the graph's markers) run here while its own
         # thread searches FTS and Qdrant: onnxruntime and the Neo4j socket release the GIL.
         self._side_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mtrag-query-side")
@@ -704,7 +706,8 @@ class ReaderCore:
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
         stale_f = state.stale_for("fts")
-        hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"))
+        hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"),
+                          text if mode == "hybrid" else None)
         state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
         out["stale"] = list(state.stale)
         self._hydrate_parents(hits, stale_f)
@@ -856,8 +859,9 @@ class ReaderCore:
         return rankings, cosines, dense_kind, qvec, exact_found
 
     def _fuse(self, rankings: dict, cosines: dict, rows: dict, payloads: dict, recalled: list[str],
-              kinds: list[str], qvec, k: int, stale_q: set[str]) -> list[dict]:
-        """The channels' rankings fused into the top k hits, each with its true cosine."""
+              kinds: list[str], qvec, k: int, stale_q: set[str], rerank_for: str | None = None) -> list[dict]:
+        """The channels' rankings fused into the top k hits, each with its true cosine; the head
+        reordered by the learned ranker for the question `rerank_for` (hybrid queries)."""
         if qvec is not None and self._qdrant is not None:
             # Exact and lexical candidates get their true cosine by point id: no invented ranks.
             cosines.update(channels_.true_cosines(self._qdrant, self._qdrant_lock, qvec, recalled, cosines, rows,
@@ -868,6 +872,8 @@ class ReaderCore:
         if "dense" in rankings:
             rankings["dense"] = [cid for cid, _ in rankings["dense"]]
         fused = weighted_rrf(rankings, {c: self.weights.get(c, 1.0) for c in rankings})
+        if rerank_for is not None:
+            fused = self.ranker.reorder(rerank_for, fused, {**payloads, **rows}, cosines)
         fused = demote_declarations(fused, lambda cid: rows.get(cid) or payloads.get(cid), k)
         hits = []
         for cid, score, per_channel in fused:
