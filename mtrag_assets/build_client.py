@@ -44,6 +44,10 @@ READY_TIMEOUT_S = 600  # a first start resolves Neo4j's jars and exports the ONN
 WAIT_NOTICE_S = 1.0  # no answer to a build request this long: the server is running another build
 _PACKAGES = ("mtrag_assets", "mtrag_resources")
 _NOT_IN_KEY = ("MTRAG_BUILD_SERVER",)  # whether a client uses a server, not what a build does
+# Variables that name paths: the key holds the paths they resolve to (Settings), not their raw
+# values, so a server whose environment holds DAGSTER_HOME (a build sets it for Dagster) serves a
+# shell that leaves it to the default.
+_RESOLVED_IN_KEY = ("MTRAG_HOME", "MTRAG_SOURCES", "MTRAG_GOLDEN", "DAGSTER_HOME")
 _REPO = Path(__file__).resolve().parents[1]
 
 
@@ -94,14 +98,24 @@ def code_digest() -> str:
     return h.hexdigest()[:24]
 
 
-def server_key(settings: Settings) -> str:
-    """What a build depends on besides the sources' files: the code, the home's paths (resolved
-    here, so a relative MTRAG_HOME means the same folder to both) and every variable mtrag reads
-    (config.ENVIRONMENT). A client uses a server only when the keys are equal."""
-    values = {name: env(name) for name in sorted(ENVIRONMENT) if name not in _NOT_IN_KEY}
-    values.update(home=str(settings.home), sources=str(settings.sources_file),
+def server_key_parts(settings: Settings) -> dict[str, str]:
+    """What a build depends on besides the sources' files, each part a short digest: the code, the
+    home's paths (resolved here, so a relative MTRAG_HOME, or DAGSTER_HOME left to its default,
+    means the same folder to both) and every other variable mtrag reads (config.ENVIRONMENT)."""
+    values = {name: env(name) for name in sorted(ENVIRONMENT) if name not in _NOT_IN_KEY + _RESOLVED_IN_KEY}
+    values.update(home=str(settings.home), sources=str(settings.sources_file), golden=str(settings.golden_file),
                   dagster_home=str(settings.dagster_home), code=code_digest())
-    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:24]
+    return {name: hashlib.sha256(value.encode()).hexdigest()[:12] for name, value in values.items()}
+
+
+def server_key(settings: Settings) -> str:
+    """server_key_parts in one digest: a client uses a server only when the keys are equal."""
+    return hashlib.sha256(json.dumps(server_key_parts(settings), sort_keys=True).encode()).hexdigest()[:24]
+
+
+def differing_parts(mine: dict, theirs: dict) -> list[str]:
+    """The names of the key parts two sides disagree on (a refusal names them)."""
+    return sorted(name for name in set(mine) | set(theirs) if mine.get(name) != theirs.get(name))
 
 
 def send_line(conn: socket.socket, message: dict) -> None:
@@ -168,9 +182,11 @@ def build_through_server(settings: Settings, argv: list[str]) -> int | None:
         print("(the build server is warming up; this build waits for it)", flush=True)
         conn = _wait_for_socket(settings, READY_TIMEOUT_S)
     if conn is None:
+        print("(building in this process: no build server runs for this home)", flush=True)
         return None
     try:
-        send_line(conn, {"op": "build", "key": server_key(settings), "argv": argv, "cwd": os.getcwd()})
+        send_line(conn, {"op": "build", "key": server_key(settings), "parts": server_key_parts(settings),
+                         "argv": argv, "cwd": os.getcwd()})
         if not select.select([conn], [], [], WAIT_NOTICE_S)[0]:
             print("(the build server is busy with another build; this one waits for it)", flush=True)
         replies = _until_reset(read_lines(conn))

@@ -104,7 +104,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     # in the watch: closed once another process waits for its lock, or after KEEP_QDRANT_OPEN_S.
     cli.KEEP_QDRANT_OPEN = True
     warm(settings, log)
-    key = build_client.server_key(settings)
+    key, parts = build_client.server_key(settings), build_client.server_key_parts(settings)
     path = build_client.socket_path(settings)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if path.parent.stat().st_uid != os.getuid():  # another user's folder: they could listen in our place
@@ -124,7 +124,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     home_gone = False
     queued: queue.Queue = queue.Queue()
     answering = threading.Thread(target=_answer, name="mtrag-build-server-accept", daemon=True,
-                                 args=(listener, key, idle_timeout_s, counts, queued, stop))
+                                 args=(listener, key, parts, idle_timeout_s, counts, queued, stop))
     answering.start()
     try:
         while not stop.is_set():
@@ -181,8 +181,8 @@ def _holds(lock, path) -> bool:
     return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
 
 
-def _answer(listener: socket.socket, key: str, idle_timeout_s: float, counts: dict, queued: queue.Queue,
-            stop: threading.Event) -> None:
+def _answer(listener: socket.socket, key: str, parts: dict, idle_timeout_s: float, counts: dict,
+            queued: queue.Queue, stop: threading.Event) -> None:
     """The socket's side, on its own thread so that `status` and `stop` are answered while a build
     runs: ping and stop at once, a build request of this key queued for the main thread (builds
     run one at a time, in the order they came), any other refused."""
@@ -209,9 +209,10 @@ def _answer(listener: socket.socket, key: str, idle_timeout_s: float, counts: di
                 build_client.send_line(conn, {"pid": os.getpid(), "stopping": True})
                 stop.set()
             elif op == "build":
+                differ = build_client.differing_parts(parts, request.get("parts") or {})
                 build_client.send_line(conn, {"pid": os.getpid(), "refused": (
-                    "it was started for another code tree or other settings (MTRAG_* and the other "
-                    "variables mtrag reads); `mtrag build-server stop` and start it again")})
+                    f"it was started for other settings ({', '.join(differ) or 'another client'}); "
+                    "`mtrag build-server stop` and start it again")})
         except OSError:
             pass
         conn.close()

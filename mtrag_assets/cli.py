@@ -44,7 +44,10 @@ def cmd_build(args) -> int:
     settings = _settings()
     from mtrag_assets import build_client
     mode = "off" if args.no_server else build_client.mode()
-    if mode != "off":  # the home's build server, when one runs for this code and these settings
+    if mode == "off":
+        print(f"(building in this process: {'--no-server' if args.no_server else 'MTRAG_BUILD_SERVER=off'})",
+              flush=True)
+    else:  # the home's build server, when one runs for this code and these settings
         code = build_client.build_through_server(settings, _server_argv(args))
         if code is not None:
             return code
@@ -217,7 +220,16 @@ def cmd_build_server(args) -> int:
         print("build server: stopped" if result.get("was_running") else "build server: not running")
     else:
         print(_build_server_line(result))
-    return 0 if args.action != "status" or result.get("running") else 1
+    return _status_exit(args.action, result)
+
+
+# `status` of a server (build-server, neo4j, postgres) exits like an LSB init script's: 0 running,
+# 3 not running, so a script can test it; the other actions exit 0 once done.
+NOT_RUNNING_EXIT = 3
+
+
+def _status_exit(action: str, result: dict) -> int:
+    return NOT_RUNNING_EXIT if action == "status" and not result.get("running") else 0
 
 
 def _build_server_line(result: dict) -> str:
@@ -248,7 +260,17 @@ def cmd_watch(args) -> int:
     return run_watch(settings, specs, only=args.source, log=lambda line: print(line, flush=True))
 
 
+def _port(text: str) -> int:
+    """--port: a refusal names the option and exits 2 (argparse), never an OverflowError later."""
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return int(text)
+
+
 def cmd_serve(args) -> int:
+    import errno
+    import socket
+    from mtrag_resources.core.errors import ConfigError
     from mtrag_resources.serving.http import serve
     # A server may start before the first build: it creates nothing and answers "nothing
     # published" until CURRENT appears; then a new generation opens beside the served one.
@@ -256,6 +278,11 @@ def cmd_serve(args) -> int:
     reader.watch_current()
     try:
         serve(reader, host=args.host, port=args.port, api_key=Settings.from_env().api_key)
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES) or isinstance(exc, socket.gaierror):
+            raise ConfigError(f"--host {args.host} --port {args.port}: cannot listen there: "
+                              f"{exc.strerror}") from None
+        raise
     finally:
         reader.close()  # its private folder of the published vectors goes with it
     return 0
@@ -282,7 +309,7 @@ def cmd_neo4j(args) -> int:
     else:
         print(f"neo4j: {'running' if result.get('running') else 'not running'}"
               + (f" at {result['uri']}" if result.get("uri") else ""))
-    return 0
+    return _status_exit(args.action, result)
 
 
 def cmd_postgres(args) -> int:
@@ -301,7 +328,7 @@ def cmd_postgres(args) -> int:
               "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"url\"])')\"")
     else:
         print("postgres: not running")
-    return 0
+    return _status_exit(args.action, result)
 
 
 def cmd_demo(args) -> int:
@@ -362,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "`mtrag build` started it), or when its home is deleted. Its log: MTRAG_HOME/build-server.log.")
     p.add_argument("action", choices=["start", "stop", "status", "run"],
                    help="start it in the background (or report the running one), stop it after its current "
-                        "build, say whether it runs, or run it in the foreground")
+                        "build, say whether it runs (exit 0 running, 3 not), or run it in the foreground")
     p.add_argument("--idle-timeout", type=float, default=1800, metavar="SECONDS",
                    help="leave after this long without a build (start, run)")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -419,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", "HTTP: POST /v1/query, POST /v1/paths, GET /v1/status, GET /healthz")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; other than loopback needs MTRAG_API_KEY")
-    p.add_argument("--port", type=int, default=8765, help="TCP port, 0 to 65535 (0: any free port)")
+    p.add_argument("--port", type=_port, default=8765, help="TCP port, 0 to 65535 (0: any free port)")
     p.set_defaults(func=cmd_serve)
 
     p = command("mcp", "MCP server on stdin/stdout for coding agents: tools search, paths, status")
@@ -427,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("neo4j", "the local Neo4j server (unless NEO4J_URI names another)")
     p.add_argument("action", choices=["start", "stop", "status"],
-                   help="start it (or report the running one), stop it, or say whether it runs")
+                   help="start it (or report the running one), stop it, or say whether it runs (exit 0 running, 3 not)")
     p.add_argument("--json", action="store_true", help="print {running, uri} as JSON")
     p.set_defaults(func=cmd_neo4j)
 
@@ -436,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "127.0.0.1 and a free port, with the database `dagster`; its URL (status --json) is the value "
                 "for MTRAG_DAGSTER_PG_URL. start is idempotent; stop is a clean (fast) shutdown.")
     p.add_argument("action", choices=["start", "stop", "status"],
-                   help="start it (or report the running one), stop it, or say whether it runs")
+                   help="start it (or report the running one), stop it, or say whether it runs (exit 0 running, 3 not)")
     p.add_argument("--json", action="store_true",
                    help="print {running, url, pid, port, database, home} as JSON (the url holds the password)")
     p.set_defaults(func=cmd_postgres)

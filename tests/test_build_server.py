@@ -103,7 +103,8 @@ def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanl
 
     # what the server published is what this process would have: an in-process build has nothing to do
     local = mtrag("build", "--no-server")
-    assert local.returncode == 0 and local.stdout.startswith("nothing changed since the published generation"), local.stdout
+    assert local.returncode == 0 and local.stdout.splitlines()[:1] == ["(building in this process: --no-server)"]
+    assert local.stdout.splitlines()[1].startswith("nothing changed since the published generation"), local.stdout
     status = json.loads(mtrag("status", "--json").stdout)
     assert status["generation"] == 2 and status["stale"] == []
 
@@ -146,7 +147,7 @@ def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanl
     assert not qdrant_lock_held(settings)
     assert not build_client.socket_path(settings).exists() and not build_client.state_path(settings).exists()
     after = mtrag("build-server", "status")
-    assert after.returncode == 1 and after.stdout.strip() == "build server: not running"
+    assert after.returncode == 3 and after.stdout.strip() == "build server: not running"
     assert f"build server pid {pid} leaves (stopped) after" in build_client.log_path(settings).read_text()
 
 
@@ -315,10 +316,13 @@ def test_build_starts_a_server_for_the_next_build_which_leaves_when_its_home_is_
     nor starts one; deleting the home ends it."""
     import re
     import shutil
-    auto = {**os.environ, "MTRAG_BUILD_SERVER": "auto"}
+    # as a user types it: DAGSTER_HOME left to its default (the server's own environment holds it)
+    auto = {**{k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}, "MTRAG_BUILD_SERVER": "auto"}
     settings = Settings.from_env()
+    assert settings.dagster_home == settings.home / "dagster_home"
     first = mtrag("build", env=auto)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.splitlines()[0] == "(building in this process: no build server runs for this home)"
     assert "(through the build server" not in first.stdout and "published generation 1 " in first.stdout
     started = re.search(r"^\(started the build server, pid (\d+), for the next builds", first.stdout, re.M)
     assert started, first.stdout
@@ -329,6 +333,7 @@ def test_build_starts_a_server_for_the_next_build_which_leaves_when_its_home_is_
     second = mtrag("build", env=auto)  # right away: the server may still be warming up, then it waits
     assert second.returncode == 0, second.stdout + second.stderr
     assert f"(through the build server, pid {pid})" in second.stdout and "published generation 2 " in second.stdout
+    assert "not using the build server" not in second.stderr, second.stderr
     assert "started the build server" not in second.stdout
     assert files_of("shopcart.tax.auto_added") == {"src/shopcart/tax.py"}
     assert json.loads(mtrag("build-server", "status", "--json").stdout)["idle_timeout_s"] == \
@@ -339,6 +344,7 @@ def test_build_starts_a_server_for_the_next_build_which_leaves_when_its_home_is_
     tax.write_text(tax.read_text() + '\n\ndef built_alone(x):\n    return x\n')
     alone = mtrag("build", env={**auto, "MTRAG_BUILD_SERVER": "off"})
     assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert alone.stdout.splitlines()[0] == "(building in this process: MTRAG_BUILD_SERVER=off)"
     assert "(through the build server" not in alone.stdout and "started the build server" not in alone.stdout
     assert "published generation 3 " in alone.stdout and files_of("shopcart.tax.built_alone") == {"src/shopcart/tax.py"}
 

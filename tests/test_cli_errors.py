@@ -332,3 +332,17 @@ def test_neo4j_stop_says_stopped_when_it_stopped_a_server(tmp_path):
     assert out.returncode == 0 and out.stdout == "neo4j: stopped\n", out
     out = mtrag("neo4j", "stop", env=env, timeout=120)
     assert out.returncode == 0 and out.stdout == "neo4j: not running\n", out
+
+
+@pytest.mark.unit
+def test_serve_names_a_bad_or_busy_port_in_one_line(no_home):
+    import socket
+    for port in ("70000", "-1", "http"):
+        line = one_line(mtrag("serve", "--port", port, env={"MTRAG_HOME": str(no_home)}), 2)
+        assert line == f"mtrag serve: argument --port: {port!r} is not a TCP port (0 to 65535) (see mtrag serve --help)"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        line = one_line(mtrag("serve", "--port", str(port), env={"MTRAG_HOME": str(no_home)}, timeout=60), 2)
+    assert line.startswith(f"mtrag: --host 127.0.0.1 --port {port}: cannot listen there: "), line
