@@ -27,7 +27,8 @@ def raw_source(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.Ma
     Data version = digest of the inventory."""
     settings = mtrag.settings()
     result = build_raw_source(settings, mtrag.spec(context.partition_key))
-    for warning in result.metadata.get("skip_warnings", []):  # a PDF that gives no text
+    # a PDF that gives no text; an include glob that selects nothing, a source with no file
+    for warning in result.metadata.get("skip_warnings", []) + result.metadata.get("source_warnings", []):
         context.log.warning(warning)
     files = [f.__dict__ for f in result.value.files]
     return materialize_result(result, {"sample": sample_table(files, ["path", "language", "size", "status", "reason"])})

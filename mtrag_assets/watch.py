@@ -29,7 +29,7 @@ from mtrag_resources.core.gc_tuning import collections_after
 from mtrag_resources.core.layout import spec_root
 from mtrag_resources.ingest.globs import matches_any
 from mtrag_resources.ingest.snapshot import load_inventory
-from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
+from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec, folder_problem
 from mtrag_resources.publish.build_state import changed_sources, publish_pending
 from mtrag_resources.publish.journal import append_batch
 from mtrag_resources.publish.manifest import load_current
@@ -182,8 +182,12 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         unknown = sorted(set(only) - {s.id for s in specs})
         if unknown:
             raise SourceConfigError(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
-    # folder sources (an issues source's path is an export file: `mtrag build` picks up a new one)
+    # folder sources (an issues source's path is an export file: `mtrag build` picks up a new one);
+    # a missing folder is not watched, and each build names it as that source's error
     watched = [s for s in specs if (not only or s.id in only) and s.path and s.kind != "issues"]
+    for spec in [s for s in watched if folder_problem(s, settings.sources_file)]:
+        log(f"mtrag: {folder_problem(spec, settings.sources_file)}; not watched (the other sources are)")
+        watched.remove(spec)
     # git sources: a new commit on the ref (refs, HEAD, packed-refs change under the git folder)
     git_watched = [s for s in specs if (not only or s.id in only) and s.git is not None and not s.error]
     if not watched and not git_watched:

@@ -267,8 +267,6 @@ SOURCES_ERRORS = [
     ("entry_not_mapping", "sources:\n  - just-a-string\n", ["sources[0]", "expected a mapping, got str"]),
     ("unknown_kind", "sources:\n  - {id: imgs, kind: images, path: .}\n", ["sources[0] id='imgs'", "unknown kind 'images'"]),
     ("missing_kind", "sources:\n  - {id: nokind, path: .}\n", ["id='nokind'", "unknown kind None"]),
-    ("missing_path", "sources:\n  - {id: ghost, kind: code, path: does/not/exist}\n",
-     ["id='ghost'", "path 'does/not/exist' does not exist"]),
     ("path_and_sdist", "sources:\n  - {id: both, kind: code, path: ., pip_sdist: click==8.5.1}\n",
      ["id='both'", "exactly one of 'path', 'pip_sdist' or 'git'"]),
     ("no_path_no_sdist", "sources:\n  - {id: none, kind: code}\n", ["id='none'", "exactly one of"]),
@@ -280,8 +278,16 @@ SOURCES_ERRORS = [
     ("max_bytes_negative", "sources:\n  - {id: mb, kind: code, path: ., max_file_bytes: -1}\n",
      ["id='mb'", "max_file_bytes must be a positive integer"]),
     ("unpinned_sdist", "sources:\n  - {id: sd, kind: code, pip_sdist: click}\n", ["id='sd'", "must be a pinned requirement"]),
-    ("path_is_a_file", "sources:\n  - {id: file, kind: code, path: sources.yaml}\n", ["id='file'", "not a directory"]),
+    # a key given twice: YAML keeps the last value, so one source would silently replace another
+    ("duplicate_key", "sources:\n  - id: twice\n    kind: code\n    path: .\n    path: corpus\n",
+     ["line 5 column 5: duplicate key 'path' (first at line 4)"]),
+    ("duplicate_key_in_flow", "sources:\n  - {id: twice, kind: code, path: ., path: corpus}\n",
+     ["line 2", "duplicate key 'path'"]),
+    ("unknown_top_level_key", "GOOD" + "defaults: {kind: code}\nsorces: []\n",
+     ["unknown top-level keys ['defaults', 'sorces']"]),
 ]
+# A `path` folder that does not exist (or is a file) is that source's error alone, the others
+# build: tests/test_hostile_inputs.py.
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from mtrag_resources.ingest.doc_links import SymbolIndex, resolve_links
 from mtrag_resources.ingest.issues import (IssueExportError, check_export, chunk_issue_export, jira_text,
                                            parse_export)
 from mtrag_resources.ingest.snapshot import scan_source, source_problem
-from mtrag_resources.ingest.sources import SourceConfigError, load_sources, validate_roots
+from mtrag_resources.ingest.sources import SourceConfigError, folder_problem, load_sources
 from mtrag_resources.ingest.chunking.tokens import estimate_tokens
 from mtrag_resources.stores.fts_query import derive_aliases, issue_aliases
 from mtrag_resources.stores.fts_store import FtsStore
@@ -174,7 +174,7 @@ def test_jira_export_reads_keys_statuses_wiki_markup_and_adf():
     (b'[{"id": 1, "name": "a"}]', "not a GitHub or Jira export: issues[0] has neither GitHub's \"number\" and "
                                   "\"title\" nor Jira's \"key\" and \"fields\""),
     (b'[{"number": 1, "title": "a"}, {"key": "X-1", "fields": {}}]', "issues[1] lacks GitHub's \"number\" and \"title\""),
-    (b'[{"number": "one", "title": "a"}]', "issues[0]: \"number\" must be a whole number, got 'one'"),
+    (b'[{"number": "one", "title": "a"}]', "issues[0]: \"number\" must be a whole number"),
     (b'{"issues": [{"key": "not a key", "fields": {}}]}', "\"key\" must be a Jira key like \"PROJ-12\""),
     (b'{"repository": "no slash", "issues": []}', "\"repository\" must be \"owner/repo\""),
     (b'{"issues": [{"number": 1, "title": "a"}], "comments": [{"body": "?"}]}', "comments[0] names no issue"),
@@ -360,7 +360,7 @@ def test_issue_sources_parse_and_a_broken_export_is_its_source_error(tmp_path):
         - {id: fromsdist, kind: issues, pip_sdist: "tracker==1.0"}
         """)
     specs = {s.id: s for s in load_sources(sources)}
-    validate_roots(list(specs.values()), sources)  # an export file is no folder, and that is fine
+    assert not any(folder_problem(s, sources) for s in specs.values())  # an export file is no folder, and that is fine
     settings = Settings(home=tmp_path / "home", sources=sources)
     problems = {sid: source_problem(settings, spec) for sid, spec in specs.items()}
     assert problems["gh"] is None and problems["jira"] is None

@@ -28,8 +28,8 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.ingest import filetypes
 from mtrag_resources.ingest.filetypes import classify
 from mtrag_resources.ingest.globs import matches_any
-from mtrag_resources.ingest.inventory import ALWAYS_EXCLUDED_DIRS, BINARY, SNIFF_BYTES, TOO_LARGE, FileEntry, \
-    Inventory, _literal_prefix, _reachable, binary_rule
+from mtrag_resources.ingest.inventory import ALWAYS_EXCLUDED_DIRS, BINARY, BINARY_REASONS, SNIFF_BYTES, \
+    TOO_LARGE, FileEntry, Inventory, _literal_prefix, _reachable, binary_rule
 from mtrag_resources.ingest.pdf import NOT_IN_DOCS, PDF_LANGUAGE
 
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
@@ -37,6 +37,9 @@ BAD_REF_RE = re.compile(r"\.\.|//|@\{|[\x00-\x20\x7f~^:?*\[\\]")  # git check-re
 SUBMODULE = "git submodule (gitlink) not followed"
 SYMLINK = "symlink not followed (a git source indexes committed files)"
 BAD_PATH = "path is not UTF-8"
+# A tree written by hand (git itself never makes one) can name `..`, `.` or an empty part, or hold
+# a `/` in a name: such a path is not under the source's root, and no hit may report it.
+UNSAFE_PATH = "path leaves the source root (an absolute path, or an empty, '.' or '..' part); not indexed"
 S_IFGITLINK = 0o160000
 
 
@@ -202,6 +205,11 @@ class GitRepository:
         return data
 
 
+def is_plain_relative(path: str) -> bool:
+    """Whether `path` names a file under the root: relative, with no empty, `.` or `..` part."""
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
 def selected(rel: str, include, exclude) -> bool:
     """Whether a path is in the source: under no always-excluded folder, some include glob
     matches it and no exclude glob does (the same rule as a folder source's)."""
@@ -287,6 +295,8 @@ def _entry(repo: GitRepository, path: str, mode: int, blob: str, max_file_bytes:
     def skipped(reason: str, size: int = 0) -> FileEntry:
         return FileEntry(path, size, 0, "", category, language, "skipped", reason, blob=blob)
 
+    if not is_plain_relative(path):
+        return skipped(UNSAFE_PATH)
     if "\ufffd" in path:  # a name that is not UTF-8 (decoded with replacement characters)
         return skipped(BAD_PATH)
     if stat.S_IFMT(mode) == S_IFGITLINK:
@@ -301,7 +311,7 @@ def _entry(repo: GitRepository, path: str, mode: int, blob: str, max_file_bytes:
     prev = known.get(blob)
     # The same blob seen before (a rename, a copy, an unchanged path): its verdict holds, the text
     # rule's and the PDF rule's alike (a PDF's verdict only for a PDF path).
-    if prev is not None and (prev.sha256 or prev.reason == BINARY) and (prev.language == PDF_LANGUAGE) == is_pdf:
+    if prev is not None and (prev.sha256 or prev.reason in BINARY_REASONS) and (prev.language == PDF_LANGUAGE) == is_pdf:
         size, sha, status, reason = prev.size, prev.sha256, prev.status, prev.reason
         data = None
     else:
@@ -311,7 +321,7 @@ def _entry(repo: GitRepository, path: str, mode: int, blob: str, max_file_bytes:
         if size > max_file_bytes:
             return skipped(f"{TOO_LARGE} ({size} > {max_file_bytes})", size)
         status, reason = binary_rule(language, source_kind, data[:SNIFF_BYTES], lambda: data) or ("ok", "")
-        sha = "" if reason == BINARY else hashlib.sha256(data).hexdigest()
+        sha = "" if reason in BINARY_REASONS else hashlib.sha256(data).hexdigest()
         if status == "ok" and not is_pdf:
             try:
                 data.decode("utf-8")
@@ -319,8 +329,8 @@ def _entry(repo: GitRepository, path: str, mode: int, blob: str, max_file_bytes:
                 reason = f"invalid UTF-8 at byte {exc.start}; decoded with replacement characters"
     if size > max_file_bytes:
         return skipped(f"{TOO_LARGE} ({size} > {max_file_bytes})", size)
-    if reason == BINARY:
-        return skipped(BINARY, size)
+    if reason in BINARY_REASONS:
+        return skipped(reason, size)
     if status == "skipped":  # a PDF without text: its hash keeps the verdict for this blob
         return FileEntry(path, size, 0, sha, category, language, "skipped", reason, blob=blob)
     if data is not None and keep is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 from dataclasses import dataclass
@@ -22,6 +23,12 @@ ALWAYS_EXCLUDED_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", 
 SNIFF_BYTES = 8192
 TOO_LARGE = "larger than max_file_bytes"  # the skip reason's start; raw_source lists these
 BINARY = "binary file (NUL byte in the first 8 KiB)"
+NOT_TEXT = "binary file (under 70% of the first 8 KiB is text)"
+BINARY_REASONS = (BINARY, NOT_TEXT)
+# Perl's -B rule: more than this share of control characters and bytes that are not UTF-8 in the
+# head is no text, NUL or not (a compressed or image file whose head happens to hold no NUL).
+MAX_NOT_TEXT_SHARE = 0.3
+_NOT_TEXT_RE = re.compile("[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f-\x9f\ufffd]")
 SYMLINKED_DIR = "symlinked directory not followed"
 # A rescan of more changed paths than this walks the whole folder instead.
 MAX_RESCAN_PATHS = 256
@@ -259,7 +266,7 @@ def binary_rule(language: str, kind: str, head: bytes, read: Callable[[], bytes]
     (then read as text). A NUL byte in the first 8 KiB (`head`) is a binary file, skipped, except
     that a PDF is binary by nature: a docs source reads its text layer (`read()` gives its bytes;
     a scanned, encrypted or unreadable one is skipped with ingest.pdf's reason), any other source
-    skips it unread."""
+    skips it unread. A head with no NUL that is mostly not text (`not_text`) is binary too."""
     if language == pdf.PDF_LANGUAGE:
         if kind != "docs":
             return "skipped", pdf.NOT_IN_DOCS
@@ -267,7 +274,20 @@ def binary_rule(language: str, kind: str, head: bytes, read: Callable[[], bytes]
         return ("skipped", reason) if reason else ("ok", "")
     if b"\0" in head[:SNIFF_BYTES]:
         return "skipped", BINARY
+    if not_text(head[:SNIFF_BYTES]):
+        return "skipped", NOT_TEXT
     return None
+
+
+def not_text(head: bytes) -> bool:
+    """Whether more than MAX_NOT_TEXT_SHARE of `head`'s characters (read as UTF-8) are control
+    characters other than whitespace and ESC, or bytes that are not UTF-8."""
+    if not head or head.isascii() and not _NOT_TEXT_RE.search(head.decode("ascii")):
+        return False
+    text = head.decode("utf-8", errors="replace")
+    if len(head) == SNIFF_BYTES:  # a character cut at the sniff's end is no sign of binary
+        text = text[:-3]
+    return len(_NOT_TEXT_RE.findall(text)) > MAX_NOT_TEXT_SHARE * max(len(text), 1)
 
 
 def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, cached,
@@ -315,8 +335,8 @@ def _entry(root: Path, rel: str, full: Path, walk_reason, max_file_bytes: int, c
         return data
 
     verdict = binary_rule(language, source_kind, head, read)
-    if verdict is not None and verdict[1] == BINARY:
-        return skipped(BINARY, st.st_size, st.st_mtime_ns)
+    if verdict is not None and verdict[1] in BINARY_REASONS:
+        return skipped(verdict[1], st.st_size, st.st_mtime_ns)
     if verdict is not None:  # a PDF of a docs source: its bytes' hash keeps the verdict while unchanged
         status, reason = verdict
         return FileEntry(rel, st.st_size, st.st_mtime_ns, hashlib.sha256(read()).hexdigest(), category,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import SourceLayout, spec_root
 from mtrag_resources.ingest.inventory import TOO_LARGE, FileEntry, Inventory, git_commit, rescan, scan
-from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
+from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec, folder_problem
 
 if TYPE_CHECKING:  # dulwich is imported where a git source is read (folder-only builds never load it)
     from mtrag_resources.ingest.git_source import GitRepository, ScanStats
@@ -50,6 +50,9 @@ def scan_source(settings: Settings, spec: SourceSpec, keep: Callable[[bytes, str
         return inventory
     if spec.kind == "issues":  # one export file (ingest/issues.py)
         return scan_export(settings, spec, load_inventory(layout))
+    missing = folder_problem(spec, settings.sources_file)
+    if missing:  # a walk of no folder is an empty source, not a source whose files all went
+        raise SourceConfigError(missing)
     previous = load_inventory(layout)
     inventory = None
     if changed is not None and previous is not None:
@@ -88,15 +91,15 @@ def open_git(settings: Settings, spec: SourceSpec) -> Iterator["GitRepository"]:
 
 
 def source_problem(settings: Settings, spec: SourceSpec) -> str | None:
-    """Why this source cannot be built now, or None: a git entry with both `path` and `git` or no
-    `ref`, a `git:` that is no repository, a ref that names no commit. Reads no file (the ref only),
-    so a build checks every source before it starts and builds the others. An issues source's
-    export file is read and parsed (`export_problem`): missing, unreadable, too large, not JSON,
-    not the shape of a GitHub or Jira export."""
+    """Why this source cannot be built now, or None: a `path` folder that does not exist, a git
+    entry with both `path` and `git` or no `ref`, a `git:` that is no repository, a ref that names
+    no commit. Reads no file (the ref only), so a build checks every source before it starts and
+    builds the others. An issues source's export file is read and parsed (`export_problem`):
+    missing, unreadable, too large, not JSON, not the shape of a GitHub or Jira export."""
     if spec.kind == "issues" and spec.git is None and not spec.error:
         return export_problem(settings, spec)
     if spec.git is None and not spec.error:
-        return None
+        return folder_problem(spec, settings.sources_file)
     from mtrag_resources.ingest.git_source import GitError
     try:
         with open_git(settings, spec) as repo:

@@ -3,11 +3,13 @@
 Every error names the entry it is about, so a maintainer can fix the YAML without guessing. A
 source's origin is one of `path` (a folder), `pip_sdist` (a pinned sdist) or `git` + `ref` (a local
 repository at the commit a branch, tag or sha names; ingest/git_source.py). A malformed file or
-entry refuses the whole file; what is wrong with a git entry's origin (`path` and `git` both given,
-no `ref`; later: not a repository, a ref that does not exist) is that source's error alone
-(`SourceSpec.error`, `snapshot.source_problem`): the other sources still build. An issues source
-(`kind: issues`) reads one export file, `path: FILE` (ingest/issues.py); a missing, unreadable or
-malformed export is likewise that source's error alone."""
+entry refuses the whole file (a key given twice in one mapping and a top-level key other than
+`sources` too: YAML would keep the last value unseen); what is wrong with an entry's origin (a
+`path` folder that does not exist; `path` and `git` both given, no `ref`; later: not a repository,
+a ref that does not exist) is that source's error alone (`SourceSpec.error`,
+`snapshot.source_problem`): the other sources still build. An issues source (`kind: issues`) reads
+one export file, `path: FILE` (ingest/issues.py); a missing, unreadable or malformed export is
+likewise that source's error alone."""
 from __future__ import annotations
 
 import re
@@ -32,6 +34,35 @@ DEFAULT_MAX_FILE_BYTES = 2 * 1024 * 1024
 
 class SourceConfigError(ConfigError):
     """The sources file is unusable; the message names the file and the entry."""
+
+
+TOP_LEVEL_KEYS = ("sources",)
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load's loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges defaults, which keys override
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = first_line.get(key)
+                except TypeError:  # an unhashable key: construct_mapping's own error names it
+                    continue
+                if first is not None:
+                    raise _DuplicateKey(
+                        None, None, f"duplicate key {key!r} (first at line {first}): one value would silently "
+                        "replace the other", key_node.start_mark)
+                first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 @dataclass(frozen=True)
@@ -85,7 +116,10 @@ def _load_sources(path: Path) -> list[SourceSpec]:
     if not path.exists():
         raise SourceConfigError(f"{path}: sources file not found (set MTRAG_SOURCES or create it)")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as exc:
+        mark = exc.problem_mark
+        raise SourceConfigError(f"{path}: line {mark.line + 1} column {mark.column + 1}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise SourceConfigError(f"{path}: invalid YAML: {exc}") from exc
     except UnicodeDecodeError as exc:
@@ -94,6 +128,10 @@ def _load_sources(path: Path) -> list[SourceSpec]:
         raise SourceConfigError(f"{path}: cannot read the sources file: {exc.strerror or exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("sources"), list):
         raise SourceConfigError(f"{path}: expected a mapping with a 'sources' list")
+    unknown = sorted(map(str, set(doc) - set(TOP_LEVEL_KEYS)))
+    if unknown:
+        raise SourceConfigError(f"{path}: unknown top-level keys {unknown} (a sources file holds only "
+                                f"{list(TOP_LEVEL_KEYS)})")
     specs: list[SourceSpec] = []
     seen: set[str] = set()
     for i, entry in enumerate(doc["sources"]):
@@ -105,16 +143,16 @@ def _load_sources(path: Path) -> list[SourceSpec]:
     return specs
 
 
-def validate_roots(specs: list[SourceSpec], sources_file: Path) -> None:
-    """Missing local paths are an error naming the entry (sdists are checked when fetched)."""
-    base = Path(sources_file).resolve().parent
-    for spec in specs:
-        if spec.path is not None and spec.kind != "issues":  # an export file: snapshot.source_problem
-            root = spec.root(Path("/nonexistent"), base)
-            if not root.is_dir():
-                raise SourceConfigError(
-                    f"{sources_file}: source id={spec.id!r}: path {spec.path!r} does not exist or is not a directory ({root})"
-                )
+def folder_problem(spec: SourceSpec, sources_file: Path) -> str | None:
+    """Why a `path` source's folder cannot be read (it does not exist, or is a file), naming the
+    entry; None for a folder, and for every other origin (an export file: snapshot.export_problem;
+    sdists are checked when fetched). That source alone fails: the others build."""
+    if spec.path is None or spec.kind == "issues" or spec.error:
+        return None
+    root = spec.root(Path("/nonexistent"), Path(sources_file).resolve().parent)
+    if root.is_dir():
+        return None
+    return f"{sources_file}: source id={spec.id!r}: path {spec.path!r}: does not exist or is not a directory ({root})"
 
 
 def _parse_entry(path: Path, i: int, entry: object) -> SourceSpec:

@@ -56,9 +56,10 @@ def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id:
         try:
             inventory = scan_source(settings, spec)
         except SourceConfigError:
-            if spec.git is None and not spec.error and spec.kind != "issues":
+            if spec.pip_sdist:  # a pin that cannot be fetched refuses the build (one line, exit 2)
                 raise
-            changed.append(spec.id)  # a broken git entry or export file: the build names it, and builds the others
+            # a missing folder, a broken git entry or export file: the build names it, and builds the others
+            changed.append(spec.id)
             continue
         state = read_state(SourceLayout(settings, spec.id))
         if inventory.digest != entry.get("snapshot_digest") or state.get("generation") != entry.get("chunk_generation"):
@@ -67,10 +68,10 @@ def changed_sources(settings: Settings, specs: list[SourceSpec], fingerprint_id:
 
 
 def source_problems(settings: Settings, specs: list[SourceSpec]) -> dict[str, str]:
-    """{source id: why it cannot be built now} (a git entry with both `path` and `git`, a `git:`
-    that is no repository, a ref that names no commit, an issues source whose export file is
-    missing, unreadable or no GitHub / Jira export; each message names the entry). A build leaves
-    these out and builds the others."""
+    """{source id: why it cannot be built now} (a `path` folder that does not exist, a git entry
+    with both `path` and `git`, a `git:` that is no repository, a ref that names no commit, an
+    issues source whose export file is missing, unreadable or no GitHub / Jira export; each
+    message names the entry). A build leaves these out and builds the others."""
     return {spec.id: why for spec in specs if (why := source_problem(settings, spec))}
 
 

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from mtrag_resources.core.errors import BusyError, ConfigError, MtragError
+from mtrag_resources.core.unicode_text import may_hold_surrogates, without_lone_surrogates
 from mtrag_resources.stores.contract import is_store_failure
 from mtrag_resources.serving import openapi
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
@@ -286,7 +287,10 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             if ctype != "application/json" and not ctype.endswith("+json"):
                 raise HttpError(415, f"Content-Type {ctype[:80]!r} is not application/json")
             try:
-                body = json.loads(raw.decode("utf-8"))
+                text = raw.decode("utf-8")
+                body = json.loads(text)
+                if may_hold_surrogates(text):  # a lone `\ud800` encodes nowhere, the answer's JSON neither
+                    body = without_lone_surrogates(body)
             except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a 5000-digit number, deep nesting
                 raise BadRequest(f"body is not JSON: {exc}") from exc
             if not isinstance(body, dict):
@@ -338,6 +342,12 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
     workers = WORKERS
+
+    def handle_error(self, request, client_address):
+        # a client that hangs up before its answer is written is no server error: no traceback
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
     def process_request(self, request, client_address):
         if getattr(self, "_pool", None) is None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from mtrag_resources.core.errors import MtragError
+from mtrag_resources.core.unicode_text import replace_lone_surrogates
 
 MODES = {"hybrid": ("dense", "fts", "exact"), "dense": ("dense",), "lexical": ("fts",),
          "exact": ("exact",), "bundles": ("dense", "fts", "exact")}
@@ -29,7 +30,8 @@ class QueryError(MtragError, ValueError):
 def validate_text(text, name: str = "query") -> str:
     if not isinstance(text, str):
         raise QueryError(f"{name} must be a string")
-    text = text.strip()
+    # a lone surrogate (JSON's `\ud800`, an argument that is not UTF-8) encodes nowhere: U+FFFD
+    text = replace_lone_surrogates(text).strip()
     if not text:
         raise QueryError(f"{name} is empty")
     size = len(text.encode("utf-8"))

@@ -10,6 +10,7 @@ from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.git_source import ScanStats
+from mtrag_resources.ingest.globs import matches_any
 from mtrag_resources.ingest.snapshot import scan_source, snapshot_files
 from mtrag_resources.ingest.inventory import TOO_LARGE
 from mtrag_resources.ingest.pdf import ENCRYPTED, is_pdf_skip
@@ -80,9 +81,26 @@ def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:
         # are the lines the asset logs for them (`mtrag build` prints them).
         "skipped_documents": dict([(f.path, f.reason) for f in skipped if is_pdf_skip(f.reason)][:50]),
         "skip_warnings": [_skip_warning(f.path, f.reason) for f in skipped if is_pdf_skip(f.reason)][:50],
+        # include globs that select nothing, a source with no file to index (a typo in a glob or
+        # a path indexes nothing, and would otherwise go unnoticed): the asset logs them too
+        "source_warnings": source_warnings(spec, inventory),
         "inventory_digest": inventory.digest,
     })
     return StageResult(data_version=inventory.digest, metadata=meta, value=inventory)
+
+
+def source_warnings(spec: SourceSpec, inventory) -> list[str]:
+    """One line naming the source for each include glob no listed file matches, and one when the
+    source has no file to index."""
+    if spec.kind == "issues":  # one export file, not selected by globs
+        return []
+    paths = [f.path for f in inventory.files]
+    out = [f"source {spec.id!r}: include glob {glob!r} matches no file" for glob in spec.include
+           if not any(matches_any(p, (glob,)) for p in paths)]
+    if not inventory.included:
+        how = f"{len(inventory.skipped)} skipped" if inventory.skipped else "no file matches its include globs"
+        out.append(f"source {spec.id!r}: no file to index under {inventory.root} ({how})")
+    return out
 
 
 def _skip_warning(path: str, reason: str) -> str:
