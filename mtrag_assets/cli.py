@@ -44,6 +44,7 @@ def cmd_build(args) -> int:
     settings = _settings()
     from mtrag_assets import build_client
     mode = "off" if args.no_server else build_client.mode()
+    _checked_specs(settings, args)  # bad input is refused before either path is taken
     if mode == "off":
         print(f"(building in this process: {'--no-server' if args.no_server else 'MTRAG_BUILD_SERVER=off'})",
               flush=True)
@@ -61,9 +62,9 @@ def cmd_build(args) -> int:
     return code
 
 
-def _build_here(settings: Settings, args) -> int:
-    """The build in this process."""
-    t0 = time.perf_counter()
+def _checked_specs(settings: Settings, args):
+    """The sources file's specs, refused with one line before any build starts: a malformed
+    sources or golden file, or a --source id the file does not name."""
     specs = _load_specs(settings)
     unknown = sorted(set(args.source or []) - {s.id for s in specs})
     if unknown:
@@ -71,9 +72,16 @@ def _build_here(settings: Settings, args) -> int:
         raise SourceConfigError(f"{settings.sources_file}: unknown source id(s) {unknown} given with --source; "
                                 f"known: {[s.id for s in specs]}")
     from mtrag_resources.publish.golden import load_golden
-    golden = load_golden(settings.golden_file)  # a malformed golden file fails now, not after the build
+    golden = load_golden(settings.golden_file)
     if golden is not None:
         golden.unknown_sources(s.id for s in specs)
+    return specs
+
+
+def _build_here(settings: Settings, args) -> int:
+    """The build in this process."""
+    t0 = time.perf_counter()
+    specs = _checked_specs(settings, args)
     known_changes = None
     if not args.source and not args.force:
         from mtrag_resources.publish.build_state import changed_sources, publish_pending
