@@ -66,8 +66,10 @@ def test_a_whole_doc_section_is_a_query_and_its_bridge_names_its_references(read
     assert 8 * 1024 < len(padded.encode()) <= MAX_QUERY_BYTES
     answer = reader.query(padded, k=10)
     symbols = [b["symbol"] for b in answer["bridge"]]
-    # :meth:`shopcart.cart.Cart.item_count` is inherited: the links resolve it to where it is defined
-    assert {"shopcart.tax.apply_tax", "shopcart.cart.BaseCart.item_count", "shopcart.cart.Cart.total"} <= set(symbols)
+    # :meth:`shopcart.cart.Cart.item_count` is inherited: the links resolve it to where it is defined;
+    # `Cart.total()` is a literal (no conf.py gives these docs an object default role)
+    assert {"shopcart.tax.apply_tax", "shopcart.cart.BaseCart.item_count", "shopcart.cart.Cart"} <= set(symbols)
+    assert "shopcart.cart.Cart.total" not in symbols
     assert len(symbols) == len(set(symbols)) <= BRIDGE_CAP
     first = answer["bridge"][0]
     assert first["from_title"] and first["confidence"] == "VERIFIED"

@@ -263,17 +263,20 @@ def test_rst_heading_paths_and_levels():
 
 
 def test_rst_references_roles_directives_and_literals():
+    """Without an object default role (conf.py's) backticks are literals: ``Context.invoke()`` and
+    `echo` name nothing; under `py:obj` the interpreted text `echo` is a reference, ``...`` never."""
     pf = chunk_doc("s", "guide.rst", RST, "rst")
     got = [(r.ref_kind, r.role, r.target, r.module_context) for r in pf.references]
     assert got == [
         ("role", "func", "click.command", "click"),
         ("role", "class", "click.Group", "click"),
-        ("code_span", "", "Context.invoke", "click"),
-        ("code_span", "", "echo", "click"),
         ("directive", "autofunction", "click.echo", "click"),
         ("directive", "autoclass", "CliRunner", "click.testing"),
         ("role", "meth", "invoke", "click.testing"),
     ]
+    obj = chunk_doc("s", "guide.rst", RST, "rst", default_role="py:obj")
+    assert [(r.ref_kind, r.role, r.target) for r in obj.references][2] == ("role", "obj", "echo")
+    assert len(obj.references) == len(pf.references) + 1
     by = refs_by_target(pf)
     assert by["click.command"].matched_text == ":func:`~click.command`"
     assert by["click.Group"].matched_text == ":py:class:`the group <click.Group>`"
@@ -329,9 +332,20 @@ def hello():
 
 
 def test_myst_directives_roles_and_code_spans():
-    pf = chunk_doc("click", "docs/api.md", MYST, "markdown")
+    """MyST inline code is a literal whatever the default role; where code spans do name code
+    (code_spans: an issue tracker's Markdown) only identifier-like ones count."""
+    pf = chunk_doc("click", "docs/api.md", MYST, "markdown", default_role="py:obj")
     assert [c.symbol for c in parents(pf)] == ["API", "API > Decorators", "API > Utilities"]
-    got = [(r.ref_kind, r.role, r.target) for r in pf.references]
+    assert [(r.ref_kind, r.role, r.target) for r in pf.references] == [
+        ("directive", "autofunction", "command"),
+        ("directive", "autofunction", "click.group"),
+        ("role", "func", "click.echo"),
+        ("role", "meth", "Context.invoke"),
+        ("role", "class", "Context"),
+        ("role", "func", "open_file"),
+    ]
+    spans = chunk_doc("click", "docs/api.md", MYST, "markdown", code_spans=True)
+    got = [(r.ref_kind, r.role, r.target) for r in spans.references]
     assert got == [
         ("directive", "autofunction", "command"),
         ("directive", "autofunction", "click.group"),

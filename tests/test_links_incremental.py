@@ -24,13 +24,13 @@ pytestmark = pytest.mark.unit
 
 API_MD = """# API
 
-`shopcart.tax.lookup_rate` reads the table; see :func:`shopcart.tax.apply_tax` and `Cart.add`.
+:func:`shopcart.tax.lookup_rate` reads the table; see :func:`shopcart.tax.apply_tax` and :meth:`Cart.add`.
 """
 FAQ_MD = """# FAQ
 
 ## Rounding
 
-:func:`shopcart.tax.apply_tax` rounds to cents. `shopcart.rates.RATES` holds them. `no.such.name` stays unresolved.
+:func:`shopcart.tax.apply_tax` rounds to cents. :data:`shopcart.rates.RATES` holds them. :func:`no.such.name` stays unresolved.
 """
 
 
@@ -112,8 +112,8 @@ def test_docs_changes_resolve_the_changed_files_and_give_the_links_of_a_full_res
     docs = paths["docs"]
     edits = [
         ("a file deleted", lambda: (docs / "api.md").unlink(), 0),
-        ("a file edited (a reference added)", lambda: (docs / "faq.md").write_text(FAQ_MD + "\nAlso `Cart.total`.\n"), 1),
-        ("a file added", lambda: (docs / "more.md").write_text("# More\n\nUse `shopcart.tax.lookup_rate`.\n"), 1),
+        ("a file edited (a reference added)", lambda: (docs / "faq.md").write_text(FAQ_MD + "\nAlso :meth:`Cart.total`.\n"), 1),
+        ("a file added", lambda: (docs / "more.md").write_text("# More\n\nUse :func:`shopcart.tax.lookup_rate`.\n"), 1),
         ("the proposal's file edited", lambda: (docs / "notes.md").write_text("# Notes\n\nRounding happens to whole cents.\n"), 0),
         ("nothing changed", lambda: None, 0),
     ]

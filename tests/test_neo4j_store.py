@@ -758,6 +758,11 @@ def test_links_and_bridge(neo4j_store, sid):
                                  "text": ":func:`pkg.echo`"}
         assert [x["symbol"] for x in neo4j_store.bridge([f"{docs_sid}-c-sec"], verified_only=True)] == []
         assert [x["relation"] for x in neo4j_store.bridge([f"{docs_sid}-c-p1"], rel_types=["IMPLEMENTS"])] == []
+        # the same reference text wherever the docs make it: every target the links gave it
+        found = neo4j_store.resolved_references([":func:`pkg.echo`", ":func:`other`"])
+        assert sorted((r["text"], r["symbol"], r["confidence"]) for r in found) == [
+            (":func:`pkg.echo`", "pkg.command", "INFERRED"), (":func:`pkg.echo`", "pkg.echo", "VERIFIED")]
+        assert neo4j_store.resolved_references([]) == []
 
         # doc -> code paths go through chunk nodes too
         ps = neo4j_store.paths([section.node_id], [f"{code_sid}:command"], rel_types=["IMPLEMENTS"],

@@ -6,27 +6,32 @@ from __future__ import annotations
 # Bump a stage's version when its output for the same input changes; Dagster then shows the
 # stage and everything downstream as stale, and the generation digest changes.
 CODE_VERSIONS = {
-    "raw_source": "3",  # 2: git sources (`git:` + `ref:`, ingest/git_source.py): entries carry `blob`,
+    "raw_source": "4",  # 2: git sources (`git:` + `ref:`, ingest/git_source.py): entries carry `blob`,
                         # the inventory `ref`, `repository`, `origin`; a git snapshot's digest has its commit;
                         # 3: a docs source takes PDFs (binary; bytes into the CAS), a scanned, encrypted or
-                        # unreadable one skipped with its reason (ingest/pdf.py); metadata `skipped_documents`
-    "cas_chunks": "9",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
-                        # embedding text), `declaration`; overload stubs fold into their implementation;
-                        # 4: every byte in some child: long module-level code, class bodies and lines
-                        # windowed, complete class outlines, heading-only sections get a passage;
-                        # per-file facts files (graph facts only) instead of one facts.json.gz;
-                        # 5: rows carry `commit_sha` (was `commit`; kept rows keep theirs) and `ref`;
-                        # 6: Python files' facts carry web routes (ingest/routes.py);
-                        # 7: PDF documents (ingest/chunking/pdf.py: outline sections or one per page,
-                        # passages within one page) and rows carry `page`; HTML drops <nav>, <footer> and
-                        # navigation/contentinfo/banner/search roles, a heading-less page is named by <title>;
-                        # 8: issue-tracker exports (`kind: issues`, ingest/issues.py): issue / issue_body /
-                        # issue_comment chunks; every row carries `issue_key` and `state`;
-                        # 9: the chunk table is bucketed by file (stores/bucketed.py), `chunks/`
-    "canonical_graph": "4",  # 2: Endpoint nodes (`GET /login`) and ROUTES_TO edges to their handlers;
+                        # unreadable one skipped with its reason (ingest/pdf.py); metadata `skipped_documents`;
+                        # 4: a git tree's paths that leave the repository (`..`, absolute) are skipped,
+                        # binary files found by their printable ratio as well as NUL bytes
+    "cas_chunks": "10",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
+                         # embedding text), `declaration`; overload stubs fold into their implementation;
+                         # 4: every byte in some child: long module-level code, class bodies and lines
+                         # windowed, complete class outlines, heading-only sections get a passage;
+                         # per-file facts files (graph facts only) instead of one facts.json.gz;
+                         # 5: rows carry `commit_sha` (was `commit`; kept rows keep theirs) and `ref`;
+                         # 6: Python files' facts carry web routes (ingest/routes.py);
+                         # 7: PDF documents (ingest/chunking/pdf.py: outline sections or one per page,
+                         # passages within one page) and rows carry `page`; HTML drops <nav>, <footer> and
+                         # navigation/contentinfo/banner/search roles, a heading-less page is named by <title>;
+                         # 8: issue-tracker exports (`kind: issues`, ingest/issues.py): issue / issue_body /
+                         # issue_comment chunks; every row carries `issue_key` and `state`;
+                         # 9: the chunk table is bucketed by file (stores/bucketed.py), `chunks/`;
+                         # 10: a doc's code spans are literals, not references (issues and HTML
+                         # excepted); rST interpreted text is one under its conf.py's object default role
+    "canonical_graph": "5",  # 2: Endpoint nodes (`GET /login`) and ROUTES_TO edges to their handlers;
                              # 3: Issue nodes (GraphNode.properties), Issue CONTAINS its chunks, REFERENCES
                              # between issues; issues' references to code and files (`ref_kind` file);
-                             # 4: nodes and relations bucketed by file (stores/bucketed.py)
+                             # 4: nodes and relations bucketed by file (stores/bucketed.py);
+                             # 5: import rows carry their `kind` (star imports re-export a module's names)
     "embedding_cache": "2",  # 2: code children embed their embedding text (`embed_hash`)
     "qdrant_collection": "7",  # 2: the payload names the kind source_kind (was source_type); 3: vectors
                                # by embed_hash, payload `declaration`; 4: payload `point_digest`, payload
@@ -37,6 +42,8 @@ CODE_VERSIONS = {
                     # (`GET /login`, `/login`) are exact aliases of their handlers' chunks; 4: issue keys
                     # (`#12`, `owner/repo#12`, `PROJ-12`) are aliases (kind `issue`), no short_symbol for issues
     "neo4j_graph": "2",  # 2: Issue nodes with their properties (ISSUE_FIELDS)
-    "cross_source_links": "2",  # 2: issues' references, file paths resolved to File nodes
-    "index_manifest": "2",  # 2: a git source's entry has `commit_sha`, `ref`, `repository`
+    "cross_source_links": "3",  # 2: issues' references, file paths resolved to File nodes; 3: names
+                                # re-exported by star imports, members inherited by a class named by suffix
+    "index_manifest": "3",  # 2: a git source's entry has `commit_sha`, `ref`, `repository`; 3: a docs
+                            # source's entry has its Sphinx `default_role`
 }

@@ -1,7 +1,8 @@
 """Resolve the references docs make (roles, autodoc directives, code spans) against the symbols of
-every code source: exact qualified names, re-exports (`from .core import Group` in a package's
-`__init__`), the `currentmodule` context, members inherited through INHERITS, then dotted
-suffixes. One candidate is VERIFIED; several stay INFERRED with their candidates. A file path an
+every code source: exact qualified names, re-exports (`from .core import Group` or
+`from .core import *` in a package's `__init__`), the `currentmodule` context, members inherited
+through INHERITS, then dotted suffixes (a member by its class's suffix through the class's bases
+too). One candidate is VERIFIED; several stay INFERRED with their candidates. A file path an
 issue names (`ref_kind` "file") resolves to the File nodes of code sources with that path, or whose
 path ends with it (`stores/fts_store.py`, `fts_store.py`)."""
 from __future__ import annotations
@@ -16,6 +17,16 @@ from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, 
 
 CODE_LABELS = {"Module", "Class", "Function", "Method"}
 INDEXED_LABELS = CODE_LABELS | {"File"}  # the nodes a SymbolIndex keeps (add_nodes)
+EVIDENCE_TEXT_CHARS = 200  # of a reference's text, a link's evidence_text
+# The code a role names where it names one kind (Sphinx's object types of the role): a suffix guess
+# keeps to it, so `:mod:`readline`` is not some class's `readline` method. Other roles name any.
+ROLE_LABELS = {"mod": ("Module",), "automodule": ("Module",), "class": ("Class",), "exc": ("Class",), "func": ("Function", "Method"),
+               "meth": ("Method", "Function"), "deco": ("Function", "Method")}
+# Roles whose target is a full name, never relative to the current module nor guessed (Sphinx:
+# `:mod:`logging`` under `currentmodule:: flask` is the standard library's, not flask.logging).
+EXACT_ROLES = {"mod", "automodule"}
+# Roles and directives that name a class's member: a bare name under them may be a method.
+MEMBER_ROLES = {"meth", "attr", "automethod", "autoattribute", "autoproperty", "method"}
 IMPLEMENTS_ROLES = {"autofunction", "autoclass", "automethod", "automodule", "autoexception",
                     "autodata", "autoattribute", "autodecorator", "function", "class", "method"}
 
@@ -34,6 +45,7 @@ class SymbolIndex:
     by_qn: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))
     by_short: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))
     exports: dict[str, str] = field(default_factory=dict)            # "pkg.Name" -> "pkg.mod.Name"
+    stars: dict[str, list[str]] = field(default_factory=dict)        # "pkg" -> modules it star-imports
     bases: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # class qn -> base qns
     files: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))  # file path -> File nodes
     file_names: dict[str, list[GraphNode]] = field(default_factory=lambda: defaultdict(list))  # basename -> File nodes
@@ -63,7 +75,7 @@ class SymbolIndex:
         that appended a function to django rebuilt the index from its 12k nodes and compared every
         entry of both (~50 ms of the GIL)."""
         new = SymbolIndex(by_qn=defaultdict(list, self.by_qn), by_short=defaultdict(list, self.by_short),
-                          exports=self.exports, bases=self.bases, files=defaultdict(list, self.files),
+                          exports=self.exports, stars=self.stars, bases=self.bases, files=defaultdict(list, self.files),
                           file_names=defaultdict(list, self.file_names))
         gone_ids = set(map(id, gone))
         added: dict[tuple[str, str], list[GraphNode]] = {}
@@ -104,13 +116,19 @@ class SymbolIndex:
                 self.bases[nodes_by_id[r.src_id].qualified_name].append(nodes_by_id[r.dst_id].qualified_name)
 
     def add_imports(self, imports: list[dict]) -> None:
-        """Re-exports: `from .core import Group` in module `click` makes `click.Group` a name."""
+        """Re-exports: `from .core import Group` in module `click` makes `click.Group` a name, and
+        `from .core import *` every name of `click.core` one of `click`."""
         for imp in imports:
             module = imp.get("module_qn") or ""
             target = imp.get("imported") or ""
             if not module or not target:
                 continue
+            if imp.get("kind") == "star":
+                self.stars.setdefault(module, []).append(target)
+                continue
             local = imp.get("alias") or target.rsplit(".", 1)[-1]
+            if imp.get("kind") == "import" and target.split(".", 1)[0] == local:
+                target = local  # `import a.b` binds `a`
             self.exports.setdefault(f"{module}.{local}", target)
 
     def lookup(self, qn: str, depth: int = 0) -> list[GraphNode]:
@@ -120,9 +138,15 @@ class SymbolIndex:
             return self.by_qn[qn]
         if depth < 4 and qn in self.exports and self.exports[qn] != qn:
             return self.lookup(self.exports[qn], depth + 1)
-        # A re-exported prefix: click.Group.command -> click.core.Group.command
         head, _, tail = qn.rpartition(".")
         if head and depth < 4:
+            if self.reads is not None:
+                self.reads.append(("stars", head))
+            for module in self.stars.get(head, ()):
+                found = self.lookup(f"{module}.{tail}", depth + 1) if module != head else []
+                if found:
+                    return found
+            # A re-exported prefix: click.Group.command -> click.core.Group.command
             for owner in self.lookup(head, depth + 1):
                 if self.reads is not None:
                     self.reads.append(("by_qn", f"{owner.qualified_name}.{tail}"))
@@ -156,8 +180,19 @@ class SymbolIndex:
         return [n for n in self.by_short.get(last, [])
                 if n.qualified_name == dotted or n.qualified_name.endswith("." + dotted)]
 
+    def inherited_suffix(self, dotted: str) -> list[GraphNode]:
+        """A member named through a class that only inherits it (`Flask.after_request`, defined on
+        a base class): the classes whose names end with the owner part, each member found on the
+        class or its bases."""
+        owner, _, member = dotted.rpartition(".")
+        found = []
+        for cls in self.suffix(owner) if owner else []:
+            if cls.label == "Class":
+                found += self._inherited(cls.qualified_name, member)
+        return found
 
-_READ_TABLES = ("by_qn", "by_short", "exports", "bases", "files", "file_names")
+
+_READ_TABLES = ("by_qn", "by_short", "exports", "stars", "bases", "files", "file_names")
 
 
 def changed_reads(old: SymbolIndex, new: SymbolIndex) -> set[tuple[str, str]]:
@@ -210,6 +245,8 @@ def resolve_reference(index: SymbolIndex, ref: DocReference) -> list[GraphNode]:
     target = clean_target(ref.target)
     if not target or not all(part.isidentifier() for part in target.split(".")):
         return []
+    if ref.role in EXACT_ROLES:
+        return _unique(of_kind(index.lookup(target), ref.role, target))
     attempts = [target]
     if ref.module_context and not target.startswith(ref.module_context + "."):
         attempts.insert(0, f"{ref.module_context}.{target}")
@@ -222,7 +259,29 @@ def resolve_reference(index: SymbolIndex, ref: DocReference) -> list[GraphNode]:
         if index.reads is not None:
             index.reads.append(("by_qn", target))
         return _unique(index.by_qn.get(target, []))
-    return _unique(index.suffix(target))
+    return _unique(of_kind(index.suffix(target), ref.role, target)
+                   or of_kind(index.inherited_suffix(target), ref.role, target))
+
+
+def guess_labels(role: str, target: str) -> tuple[str, ...] | None:
+    """The kinds of code a guess at a reference may name (None: any): its role's (ROLE_LABELS), and
+    for a bare name its role does not make a member, module-level code only (a module's
+    `:data:`session`` is not some class's `session` property)."""
+    labels = ROLE_LABELS.get(role)
+    if "." in target or role in MEMBER_ROLES:
+        return labels
+    return tuple(label for label in labels or ("Module", "Class", "Function") if label != "Method")
+
+
+def of_kind(nodes: list[GraphNode], role: str, target: str) -> list[GraphNode]:
+    """The nodes a guess at the reference `target` under `role` may name (guess_labels)."""
+    labels = guess_labels(role, target)
+    return nodes if labels is None else [n for n in nodes if n.label in labels]
+
+
+def resolution_key(ref: DocReference) -> tuple:
+    """What a reference's resolution depends on besides the index: the memo key of resolve_links."""
+    return ref.ref_kind, ref.role, ref.target, ref.module_context
 
 
 def _unique(nodes: list[GraphNode]) -> list[GraphNode]:
@@ -246,7 +305,7 @@ def link_for(ref: DocReference, candidates: list[GraphNode], confidence_override
         confidence=confidence,
         candidates=[c.qualified_name for c in candidates] if len(candidates) > 1 else [],
         evidence_file=ref.file_path, evidence_start=ref.line, evidence_end=ref.line,
-        evidence_hash=ref.chunk_id if evidence_hash is None else evidence_hash, evidence_text=ref.matched_text[:200], source_id=ref.source_id)
+        evidence_hash=ref.chunk_id if evidence_hash is None else evidence_hash, evidence_text=ref.matched_text[:EVIDENCE_TEXT_CHARS], source_id=ref.source_id)
 
 
 @dataclass
@@ -318,7 +377,7 @@ def _resolve_file(index: SymbolIndex, refs: list[DocReference], hashes: tuple,
     keys, found, made = [], [], []
     unresolved = 0
     for ref, evidence_hash in zip(refs, hashes):
-        key = (ref.ref_kind, ref.target, ref.module_context)
+        key = resolution_key(ref)
         candidates = resolved.get(key)
         if candidates is None:
             if reads is None:

@@ -47,12 +47,12 @@ from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
 from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
 from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
-from mtrag_resources.serving.query_text import identifiers_in, is_identifier_query, lexical_text, preprocess_query, prose_of
+from mtrag_resources.serving.query_text import is_identifier_query, lexical_text, preprocess_query
 from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSource, UnknownSymbol: the reader's API)
     DEFAULT_PATH_RELATIONS, MODES, QueryError, UnknownSource, UnknownSymbol, check_known_sources, check_paths,
     check_query, check_sources, validate_text)
 from mtrag_resources.serving import channels as channels_
-from mtrag_resources.serving.bridge import doc_to_code_bridge, log_proposals, resolve_identifier
+from mtrag_resources.serving.bridge import code_named, doc_to_code_bridge, docs_default_role, log_proposals
 from mtrag_resources.serving.shared_lock import SharedLock
 from mtrag_resources.serving.translation import QueryTranslator, Translation
 from mtrag_resources.serving.ranker import Ranker
@@ -740,23 +740,17 @@ class ReaderCore:
 
     def _query_code(self, text: str, state: gate.GateState, lookups: channels_.AliasLookups,
                     scope: set[str] | None = None) -> list[dict]:
-        """Code rows the query names through identifiers in its prose (inline code, roles, dotted
-        or snake_case names; not the examples in its fenced code blocks), each naming exactly one
-        code chunk: what a pasted doc section is about. An identifier query is answered by its
-        hits, not bridged."""
+        """Code rows the query names (bridge.named_in_query: a pasted doc section's references,
+        never its literals or examples; a question's identifiers), each naming exactly one code
+        chunk, with the text that names it (`matched_text`): what a pasted doc section is about.
+        An identifier query is answered by its hits, not bridged."""
         if is_identifier_query(text):
             return []
         code = {s for s, e in self.manifest["sources"].items() if e["kind"] == "code" and (scope is None or s in scope)}
-        stale_f = state.stale_for("fts")
-        ids = []
-        for ident in identifiers_in(prose_of(text))[:channels_.MAX_QUERY_IDENTIFIERS]:
-            if ident.startswith("__"):
-                continue  # dunder names are protocol, not the subject
-            chunk_id = resolve_identifier(self._fts, ident, lookups(ident), code - stale_f)
-            if chunk_id:
-                ids.append(chunk_id)
-        rows = self._fts.get_chunks(ids) if ids else {}
-        return [rows[c] for c in dict.fromkeys(ids) if c in rows]
+        found = code_named(self._fts, text, lookups, code - state.stale_for("fts"),
+                           docs_default_role(self.manifest, scope), channels_.MAX_QUERY_IDENTIFIERS)
+        rows = self._fts.get_chunks([c for c, _ in found]) if found else {}
+        return [dict(rows[c], matched_text=matched) for c, matched in found if c in rows]
 
     def _honesty(self, text: str, hits: list[dict], exact_found: list[dict],
                  ml_cosines: dict[str, float]) -> tuple[dict, str]:

@@ -107,10 +107,10 @@ def assemble_graph(spec: SourceSpec, parsed_files) -> tuple[list[GraphNode], lis
 
 
 def _file_import_rows(parsed: ParsedFile) -> list[dict]:
-    """The file's import statements as {module_qn, imported, alias} (alias "" when none): what
-    cross_source_links reads to follow re-exports."""
+    """The file's import statements as {module_qn, imported, alias, kind} (alias "" when none; kind
+    import, from, star...): what cross_source_links reads to follow re-exports."""
     return [{"module_qn": imp.get("module_qn") or "", "imported": imp.get("imported") or "",
-             "alias": imp.get("alias") or ""} for imp in parsed.imports]
+             "alias": imp.get("alias") or "", "kind": imp.get("kind") or ""} for imp in parsed.imports]
 
 
 # Per source, the import rows per file last written, with the table's identity after that write.

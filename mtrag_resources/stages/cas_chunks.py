@@ -13,8 +13,10 @@ import gzip
 import hashlib
 import json
 import os
+import posixpath
 from collections import Counter, OrderedDict
 from operator import itemgetter
+from pathlib import Path
 
 from mtrag_resources.core.arrow import pa, pc
 from mtrag_resources.core.atomic import write_bytes_atomic
@@ -35,13 +37,15 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.core.layout import SourceLayout, update_state
 from mtrag_resources.ingest.pdf import PDF_LANGUAGE, PdfSkip, is_pdf_skip
 from mtrag_resources.ingest.snapshot import load_inventory
+from mtrag_resources.ingest.sphinx_conf import CONF_NAME, conf_reader, default_roles
 
 DOC_MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length; larger models may raise it
 
 
-def parse_file(source_id: str, path: str, category: str, language: str, text: str | bytes) -> ParsedFile:
+def parse_file(source_id: str, path: str, category: str, language: str, text: str | bytes,
+               default_role: str = "") -> ParsedFile:
     """A file's chunks and facts. A PDF is parsed from its bytes (raises ingest.pdf.PdfSkip when it
-    gives no text); every other file from its text."""
+    gives no text); every other file from its text. `default_role`: a doc's Sphinx default role."""
     if category == "code":
         return chunk_code(source_id, path, text, language)
     if category == "issues":  # an issue-tracker export (ingest/issues.py); a build checks it first
@@ -51,7 +55,7 @@ def parse_file(source_id: str, path: str, category: str, language: str, text: st
             raise IssueExportError(f"source {source_id!r}: {path}: {exc}") from None
     if language == PDF_LANGUAGE:
         return chunk_pdf(source_id, path, text, max_tokens=DOC_MAX_TOKENS)
-    return chunk_doc(source_id, path, text, language, max_tokens=DOC_MAX_TOKENS)
+    return chunk_doc(source_id, path, text, language, max_tokens=DOC_MAX_TOKENS, default_role=default_role)
 
 
 _GRAPH_FACTS = ("nodes", "relations", "references", "imports", "calls", "bases", "routes")
@@ -63,8 +67,22 @@ CHUNK_BUCKETS = Bucketing(key="file_path", order=("file_path",))
 _LEGACY_TABLE = "chunks.parquet"  # the single file of versions before the buckets
 
 
-def _facts_key(path: str, entry_sha: str, category: str) -> str:
-    return hashlib.sha256(f"{CODE_VERSIONS['cas_chunks']}\0{category}\0{path}\0{entry_sha}".encode()).hexdigest()[:32]
+def _facts_key(path: str, entry_sha: str, category: str, default_role: str = "") -> str:
+    role = f"\0{default_role}" if default_role else ""  # a doc's references follow its Sphinx default role
+    return hashlib.sha256(f"{CODE_VERSIONS['cas_chunks']}\0{category}\0{path}\0{entry_sha}{role}".encode()).hexdigest()[:32]
+
+
+def _default_roles(spec: SourceSpec, inventory, cas: ContentStore) -> dict[str, str]:
+    """{rST doc path: its Sphinx project's default role} (ingest/sphinx_conf.py): only rST
+    interpreted text takes one. The conf.py is the snapshot's, else the one beside the pages on disk
+    (a docs source often includes its pages alone); a git source's, the snapshot's only."""
+    pages = [e.path for e in inventory.included if e.category == "doc" and e.language == "rst"]
+    if not pages:
+        return {}
+    included = {e.path: (lambda sha=e.sha256: cas.get_text(sha)) for e in inventory.included
+                if posixpath.basename(e.path) == CONF_NAME}
+    root = Path(inventory.root) if inventory.root and spec.git is None else None
+    return default_roles(pages, conf_reader(root, included))
 
 
 # The facts index by its file's identity (path, inode, mtime, size): the graph and link stages of
@@ -125,7 +143,7 @@ def _facts_folder(layout: SourceLayout) -> str:
 
 
 # Decoded facts files by their file (a source's folder and the key). A key names one parse of one
-# file version (_facts_key: code version, category, path, content hash), so an entry never goes
+# file version (_facts_key: code version, category, path, content hash, default role), so an entry never goes
 # stale; but two sources holding the same file share the key, and their facts differ (node ids and
 # source ids are the source's): the memo is per file, never per key. The graph and link stages of a
 # build (and every batch of `mtrag watch`) read every file's facts; decoding them was ~0.5 s a time
@@ -274,10 +292,12 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     with timed(meta, "seconds"):
         layout.facts_dir.mkdir(parents=True, exist_ok=True)
         facts_folder = _facts_folder(layout)
+        roles = _default_roles(spec, inventory, cas)
         for entry in inventory.included:
             old = previous.get(entry.path)
+            role = roles.get(entry.path, "")
             if old and old["sha256"] == entry.sha256 and old["category"] == entry.category \
-                    and os.path.exists(_facts_file(facts_folder, old["key"])):
+                    and old.get("default_role", "") == role and os.path.exists(_facts_file(facts_folder, old["key"])):
                 index[entry.path] = old
                 kept.add(entry.path)
                 continue
@@ -285,15 +305,16 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             content = cas.get_bytes(entry.sha256) if pdf else cas.get_text(entry.sha256)
             skipped = ""
             try:
-                parsed = parse_file(spec.id, entry.path, entry.category, entry.language, content)
+                parsed = parse_file(spec.id, entry.path, entry.category, entry.language, content, role)
             except PdfSkip as skip:  # the inventory's probe read a page; the whole file gives none
                 parsed, skipped = ParsedFile(warnings=[f"{entry.path}: skipped: {skip.reason}"]), skip.reason
-            key = _facts_key(entry.path, entry.sha256, entry.category)
+            key = _facts_key(entry.path, entry.sha256, entry.category, role)
             facts = {k: [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x for x in getattr(parsed, k)]
                      for k in _GRAPH_FACTS}
             write_bytes_atomic(_facts_file(layout, key), gzip.compress(json.dumps(facts).encode(), 3))
             index[entry.path] = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
-                                 "key": key, "warnings": parsed.warnings, **({"skipped": skipped} if skipped else {})}
+                                 "key": key, "warnings": parsed.warnings, **({"skipped": skipped} if skipped else {}),
+                                 **({"default_role": role} if role else {})}
             new_rows.extend(_chunk_rows(parsed, spec, cas))
         kept_rows, previous_table = _previous_rows(layout, kept)
         table = _assemble(kept_rows, new_rows, spec, inventory)
@@ -323,7 +344,8 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     skipped_docs.update((path, e["skipped"]) for path, e in sorted(index.items()) if e.get("skipped"))
     reparsed = len(index) - len(kept)
     generation = chunk_set_generation(rows, spec.id)
-    update_state(layout, generation=generation)
+    # the serving side reads a pasted section of these docs by the same rule (index_manifest)
+    update_state(layout, generation=generation, default_role=_source_role(roles))
     # counted in the Arrow table, not over the row dicts (five passes over django's 24k rows: ~25 ms
     # of every watch batch)
     roles = column_counts(table, "role")
@@ -369,6 +391,11 @@ def _assemble(kept: pa.Table | None, new_rows: list[dict], spec: SourceSpec, inv
     table = table.append_column("_order", order)
     table = table.sort_by([("file_path", "ascending"), ("_order", "ascending")])
     return table.drop_columns(["_order"])
+
+
+def _source_role(roles: dict[str, str]) -> str:
+    """The default role of most of a source's rST pages ("" where none has one)."""
+    return Counter(roles.values()).most_common(1)[0][0] if roles else ""
 
 
 def _remove_unused_facts(layout: SourceLayout, keys: set[str]) -> None:

@@ -122,7 +122,7 @@ def _index_of(inputs: list[tuple]) -> SymbolIndex:
     for _sid, nodes, _inherits, _imports in inputs:
         index.add_nodes(nodes)
     index.bases = _bases_of(inputs)
-    index.exports = _exports_of(inputs)
+    index.exports, index.stars = _exports_of(inputs)
     return index
 
 
@@ -137,11 +137,12 @@ def _bases_of(inputs: list[tuple]) -> dict:
     return index.bases
 
 
-def _exports_of(inputs: list[tuple]) -> dict:
+def _exports_of(inputs: list[tuple]) -> tuple[dict, dict]:
+    """SymbolIndex.exports and .stars of the sources' imports."""
     index = SymbolIndex()
     for _sid, _nodes, _inherits, imports in inputs:
         index.add_imports(imports)
-    return index.exports
+    return index.exports, index.stars
 
 
 # A change of more nodes than this share of the sources' is indexed from scratch (_index_updated)
@@ -187,8 +188,8 @@ def _index_updated(old_inputs: list[tuple], old: SymbolIndex,
         index.bases = _bases_of(inputs)
         changed |= table_changes("bases", old.bases, index.bases)
     if any(was is not now for (_, _, _, was), (_, _, _, now) in zip(old_inputs, inputs)):
-        index.exports = _exports_of(inputs)
-        changed |= table_changes("exports", old.exports, index.exports)
+        index.exports, index.stars = _exports_of(inputs)
+        changed |= table_changes("exports", old.exports, index.exports) | table_changes("stars", old.stars, index.stars)
     return index, changed
 
 

@@ -154,7 +154,8 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                 layout = SourceLayout(settings, spec.id)
                 roles = _role_counts(layout.chunks)
                 inv = load_inventory(layout)
-                gen = read_state(layout)["generation"]
+                state = read_state(layout)
+                gen = state["generation"]
                 sources[spec.id] = {
                     "kind": spec.kind,
                     "snapshot_digest": inv.digest if inv else "",
@@ -163,6 +164,9 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                     **({"commit_sha": inv.commit, "ref": inv.ref, "repository": inv.repository}
                        if inv and inv.ref else {}),
                     "chunk_generation": gen,
+                    # a docs source's Sphinx default role: the bridge reads a pasted section of it
+                    # as its build read the pages (serving/bridge.py)
+                    **({"default_role": state["default_role"]} if state.get("default_role") else {}),
                     "counts": {"chunks": sum(roles.values()), "children": roles.get("child", 0),
                                "parents": roles.get("parent", 0), "files": len(inv.included) if inv else 0},
                     "stores": {name: {"generation": m.generation, "state": m.state}

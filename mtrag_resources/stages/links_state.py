@@ -25,7 +25,7 @@ from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.versions import CODE_VERSIONS
-from mtrag_resources.ingest.doc_links import INDEXED_LABELS
+from mtrag_resources.ingest.doc_links import INDEXED_LABELS, resolution_key
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.common import digest_file, digest_json
 from mtrag_resources.stores.tables import commit_file, table_exists
@@ -107,6 +107,6 @@ def file_counts(references, resolved: dict) -> dict[tuple[str, str], list[int]]:
     for ref in references:
         count = counts.setdefault((ref.source_id, ref.file_path), [0, 0])
         count[0] += 1
-        if not resolved.get((ref.ref_kind, ref.target, ref.module_context)):
+        if not resolved.get(resolution_key(ref)):
             count[1] += 1
     return counts

@@ -1041,6 +1041,23 @@ class Neo4jStore:
                 f"RETURN [n IN nodes(p) | {_NODE_MAP.format(v='n')}] AS nodes, "
                 f"[r IN relationships(p) | {_EDGE_MAP.format(r='r')}] AS edges")
 
+    def resolved_references(self, texts: list[str], limit: int = 200) -> list[dict]:
+        """What the links resolved each reference text to wherever the docs make it: the targets of
+        the MENTIONS / IMPLEMENTS edges whose evidence is that text (`:func:`~click.echo``), one row
+        per text and target, VERIFIED where any such edge is. A pasted doc section's references
+        resolved as its build resolved them (module context, re-exports, bases)."""
+        texts = sorted({t for t in texts if isinstance(t, str) and t})
+        if not texts:
+            return []
+        return self._read(
+            f"MATCH ()-[r:{'|'.join(BRIDGE_TYPES)}]->(t:Entity) WHERE r.evidence_text IN $texts AND NOT t:Chunk "
+            "WITH r.evidence_text AS text, t, type(r) AS rel, collect(r.confidence) AS confidences "
+            "RETURN text, t.qualified_name AS symbol, t.node_id AS node_id, "
+            f"{_LABEL_EXPR.format(v='t')} AS label, t.source_id AS source_id, "
+            "t.file_path AS file_path, t.start_line AS start_line, rel AS relation, "
+            "CASE WHEN 'VERIFIED' IN confidences THEN 'VERIFIED' ELSE 'INFERRED' END AS confidence "
+            "ORDER BY text, symbol LIMIT $limit", texts=texts, limit=int(limit))
+
     # The graph reads a query makes by default: an exact hit's call paths (reader.py, _query_paths:
     # CALLS, out, 2 hops, verified) and the paths command's defaults (4 hops, every relation).
     SERVING_PATHS = ((("CALLS",), "out", 2), (DEFAULT_PATH_TYPES, "out", 4))

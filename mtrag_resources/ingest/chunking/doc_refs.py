@@ -1,5 +1,8 @@
-"""References a doc makes to code: Sphinx/MyST roles, autodoc directives and identifier-like
-code spans, each with the module context (`currentmodule`) in force where it occurs.
+"""References a doc makes to code: Sphinx/MyST roles, autodoc directives, rST interpreted text
+under an object default role (conf.py's `default_role = "py:obj"`) and, where the markup has no
+roles (an issue tracker, an HTML page), identifier-like code spans; each with the module context
+(`currentmodule`) in force where it occurs. Anywhere else a code span is a literal (a parameter
+name, `True`, a shell command), not a reference.
 
 Only the finding happens here; resolving a target to a code symbol is the cross-source linker's
 job, which is why targets keep their relative form (`Context.invoke`) next to the module context.
@@ -14,7 +17,7 @@ from typing import Callable, Iterable
 
 from mtrag_resources.core.models import DocReference
 
-PY_ROLES = ("func", "class", "meth", "attr", "mod", "exc", "data", "obj", "const", "deco", "type")
+PY_ROLES = ("func", "class", "meth", "attr", "mod", "exc", "data", "obj", "const", "deco", "type", "any")
 AUTODOC = (
     "autofunction", "autoclass", "automethod", "automodule", "autoexception", "autodata",
     "autoattribute", "autodecorator", "autoproperty",
@@ -116,9 +119,15 @@ def extract_references(
     *,
     source_id: str = "",
     skip: Iterable[tuple[int, int]] = (),
+    interpreted_role: str | None = None,
+    code_spans: bool = False,
 ) -> list[DocReference]:
     """Every reference in `text`, in document order. `locate(offset)` gives (chunk_id, line);
-    `skip` are offset ranges of code blocks, whose content is code, not references."""
+    `skip` are offset ranges of code blocks, whose content is code, not references.
+    `interpreted_role`: the role rST interpreted text (`name`, single backticks) takes, where the
+    project's default role is an object role (sphinx_conf.interpreted_role); None: it is a literal,
+    as ``name`` always is. `code_spans`: identifier-like code spans are references (markup with no
+    roles: an issue tracker's Markdown, an HTML page)."""
     masked = sorted(list(skip) + literal_block_spans(text))
     mask_starts = [s for s, _ in masked]
     mask_ends = list(itertools.accumulate((e for _, e in masked), max))  # spans may nest
@@ -150,8 +159,10 @@ def extract_references(
         if in_code(m.start()) or any(s <= m.start() < e for s, e in role_spans):
             continue
         body = m.group("body")
-        if looks_like_identifier(body):
+        if code_spans and looks_like_identifier(body):
             events.append((m.start(), "code_span", "", clean_target(body), m.group(0)))
+        elif interpreted_role and len(m.group("ticks")) == 1 and looks_like_identifier(clean_target(body).lstrip(".")):
+            events.append((m.start(), "role", interpreted_role, clean_target(body), m.group(0)))
 
     refs: list[DocReference] = []
     module = ""

@@ -17,8 +17,9 @@ from html.parser import HTMLParser
 from typing import Callable
 
 from mtrag_resources.ingest.chunking.doc_refs import extract_references
+from mtrag_resources.ingest.sphinx_conf import interpreted_role
 from mtrag_resources.ingest.chunking.tokens import estimate_tokens, sentence_spans
-from mtrag_resources.core.models import Chunk, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id
+from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile, sha256_hex, stable_id
 
 FORMAT_BY_SUFFIX = {
     ".md": "markdown", ".markdown": "markdown", ".myst": "markdown",
@@ -499,8 +500,10 @@ def text_lines(text: str) -> Callable[[int], int]:
     return lambda offset: bisect.bisect_right(line_starts, offset)
 
 
-def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: int = 256) -> ParsedFile:
-    """Section parents, passage children, Page/Section graph and code references for one doc."""
+def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: int = 256, *,
+              default_role: str = "", code_spans: bool = False) -> ParsedFile:
+    """Section parents, passage children, Page/Section graph and code references for one doc.
+    `default_role` (its Sphinx project's) and `code_spans`: as chunk_units takes them."""
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     page_title = None
     if fmt == "html":
@@ -510,18 +513,22 @@ def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: i
         units = {"markdown": _parse_markdown, "rst": _parse_rst}.get(fmt, _parse_text)(text)
         line_of = text_lines(text)
     return chunk_units(source_id, file_path, fmt, work, units, line_of, sha256_hex(text), max_tokens,
-                       page_title=page_title)
+                       page_title=page_title, default_role=default_role, code_spans=code_spans)
 
 
 def chunk_units(source_id: str, file_path: str, fmt: str, work: str, units: list[_Unit],
                 line_of: Callable[[int], int], digest: str, max_tokens: int = 256, *,
-                page_title: str | None = None, page_of: Callable[[int], int] | None = None) -> ParsedFile:
+                page_title: str | None = None, page_of: Callable[[int], int] | None = None,
+                default_role: str = "", code_spans: bool = False) -> ParsedFile:
     """The format-free part of chunking a document: `units` (headings, paragraphs, code) over the
     working text `work` grouped into sections (parents) and packed into passages (children).
     `line_of` maps an offset of `work` to the line chunks report; `digest` is the Page node's
     content hash (of the file); `page_title` names a document without headings (else its first
     heading, else its file name). `page_of` (PDF): offset -> 1-based page; passages then never
-    span two pages, each chunk records its `page`, and locators name pages instead of lines."""
+    span two pages, each chunk records its `page`, and locators name pages instead of lines.
+    `default_role`: the Sphinx project's (conf.py); where it is an object role, rST interpreted text
+    is a reference. `code_spans`: code spans are references, as in markup with no roles (an issue
+    tracker's; HTML, whose only code markup is <code>); elsewhere they are literals."""
     out = ParsedFile()
     if not units:
         return out
@@ -616,5 +623,24 @@ def chunk_units(source_id: str, file_path: str, fmt: str, work: str, units: list
     # Fenced (Markdown) and <pre> (HTML) code is skipped whole; rST literal blocks are found by
     # extract_references itself, since a "code" unit there also holds its `Example::` paragraph.
     code = [(u.start, u.end) for u in units if u.kind == "code"] if fmt != "rst" else []
-    out.references = extract_references(work, file_path, locate, source_id=source_id, skip=code)
+    out.references = extract_references(work, file_path, locate, source_id=source_id, skip=code,
+                                        interpreted_role=interpreted_role(default_role) if fmt == "rst" else None,
+                                        code_spans=code_spans or fmt == "html")
     return out
+
+
+# Markdown's ATX headings, MyST roles and fences with an info string; a bare run of backticks or
+# tildes is as likely an rST title's adornment.
+_MARKDOWN_HINT_RE = re.compile(r"^ {0,3}(?:#{1,6} |(?:`{3,}|~{3,}|:{3,})[ \t]*[\w{])|\{[\w:.+-]+\}`", re.M)
+
+
+def pasted_references(text: str, default_role: str = "") -> list[DocReference]:
+    """The references a pasted doc section makes, by the rules chunk_doc follows for its file:
+    roles and autodoc directives (in the `currentmodule` the text sets, if any), rST interpreted
+    text where `default_role` (its project's) is an object role; never a literal, nor a name in its
+    code blocks. A text with Markdown's headings or fences, or MyST roles, is Markdown; else rST."""
+    text = text.replace("\r\n", "\n")
+    markdown = bool(_MARKDOWN_HINT_RE.search(text))
+    code = [(u.start, u.end) for u in _parse_markdown(text) if u.kind == "code"] if markdown else []
+    return extract_references(text, "", lambda offset: ("", 0), skip=code,
+                              interpreted_role=None if markdown else interpreted_role(default_role))
