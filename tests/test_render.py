@@ -85,8 +85,31 @@ def test_paths_with_evidence_on_each_edge():
 def test_paths_none_found_and_stale():
     result = {"generation": 2, "from": "a.b", "to": None, "paths": [],
               "stale": [{"source": "shop", "store": "neo4j", "reason": "no marker"}]}
-    assert render_paths(result).splitlines() == ["generation 2  paths from 'a.b'", "  (no verified path)",
+    assert render_paths(result).splitlines() == ["generation 2  paths from 'a.b'",
+                                                 "  (no path: the graph is not available, see STALE)",
                                                  "  STALE shop/neo4j: no marker"]
+    result["stale"] = []
+    assert render_paths(result).splitlines()[1:] == ["  (no verified path)"]
+
+
+def test_one_stale_line_per_store_and_cause_and_the_reason_for_no_hit():
+    down = "Neo4j unreachable: ServiceUnavailable: Couldn't connect to 127.0.0.1:7687"
+    result = {"generation": 2, "query": "x", "mode": "hybrid", "hits": [],
+              "empty_reason": "the sources ['click'] hold no source of kind 'docs'",
+              "stale": [{"source": s, "store": "neo4j", "reason": down + "\n(details)"} for s in ("a", "b", "c")]
+              + [{"source": "a", "store": "fts", "reason": "write in progress"}]}
+    assert render_query(result).splitlines()[1:] == [
+        "  no hits: the sources ['click'] hold no source of kind 'docs'",
+        f"  STALE neo4j of 3 sources (a, b, c): {down}",
+        "  STALE a/fts: write in progress"]
+
+
+def test_an_issue_hit_is_located_by_its_key_not_its_export_lines():
+    hit = {"rank": 1, "source_id": "tracker", "file_path": "issues.json", "start_line": 1, "end_line": 1,
+           "issue_key": "#8", "title": "#8 reader stalls", "state": "open", "symbol": None,
+           "channels": {"exact": {"rank": 1}}, "text": "body"}
+    line = render_query({"generation": 1, "query": "#8", "mode": "hybrid", "hits": [hit]}).splitlines()[1]
+    assert line == "   1. #8 reader stalls [open]  [tracker:#8]  (exact#1)"
 
 
 def test_status_rows_per_source_and_all_current_line():

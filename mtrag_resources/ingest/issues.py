@@ -18,6 +18,11 @@ Formats (`parse_export` tells them apart by their shape; anything else is an Iss
   `fields.created`, `fields.updated`, `fields.resolutiondate`, `fields.issuetype.name`,
   `fields.comment.comments[].body / author.displayName / created / id`.
 
+Untrusted input, checked as it is read: an issue number is a whole number from 1 to 2**63 - 1 (a
+graph property; a longer digit string is never converted), a lone surrogate escape (`\ud800`)
+becomes U+FFFD, and two items with one key are one issue listed twice (the same id, else the same
+creation time: the later update is kept) or the export is refused naming both places.
+
 An issue's key is `owner/repo#12` (GitHub, repository known), `#12` (repository unknown) or
 `PROJ-12` (Jira); its chunks (`chunk_issue_export`): one parent per issue (title, state, labels,
 dates, the head of the body) and children for its body and each comment, long ones cut into
@@ -35,6 +40,7 @@ import re
 from dataclasses import dataclass, field
 
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile, stable_id
+from mtrag_resources.core.unicode_text import may_hold_surrogates, without_lone_surrogates
 from mtrag_resources.ingest.chunking.docs import chunk_doc
 from mtrag_resources.ingest.chunking.tokens import sentence_spans
 from mtrag_resources.ingest.filetypes import CODE_LANGUAGES
@@ -45,6 +51,9 @@ SOURCE_KIND = "issues"
 PARENT_BODY_CHARS = 2000
 SUMMARY_MAX_CHARS = 300
 NOT_AN_EXPORT = "not a GitHub or Jira export"
+# An issue number is stored as a graph property, and Neo4j's integers are signed 64-bit.
+MAX_ISSUE_NUMBER = 2**63 - 1
+_MAX_NUMBER_DIGITS = len(str(MAX_ISSUE_NUMBER))
 
 _REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _HTML_ISSUE_URL_RE = re.compile(r"^https?://[^/\s]+/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<num>\d+)")
@@ -69,6 +78,34 @@ _JIRA_MONO_RE = re.compile(r"\{\{([^{}\n]+?)\}\}")
 
 class IssueExportError(ValueError):
     """The file is not a readable GitHub or Jira export; the message (one line) says why."""
+
+
+class _LongNumber:
+    """A JSON integer of more digits than any issue number has, kept as its digit count: int() of
+    one past 4,300 digits raises, and no field mtrag reads can hold one."""
+
+    def __init__(self, digits: str):
+        self.shown = digits if len(digits) <= 40 else f"a number of {len(digits.lstrip('-'))} digits"
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+def _json_int(digits: str):
+    return int(digits) if len(digits.lstrip("-")) <= _MAX_NUMBER_DIGITS else _LongNumber(digits)
+
+
+def _issue_number(value) -> int | None:
+    """`value` as an issue number (1 to MAX_ISSUE_NUMBER: a JSON integer, or a string of digits),
+    else None."""
+    if isinstance(value, str):
+        value = value.strip().lstrip("#")
+        if not value.isascii() or not value.isdigit() or len(value) > _MAX_NUMBER_DIGITS:
+            return None
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 1 <= value <= MAX_ISSUE_NUMBER else None
 
 
 @dataclass
@@ -125,7 +162,9 @@ def parse_export(data: bytes | str) -> IssueExport:
     if not text.strip():
         raise IssueExportError(f"{NOT_AN_EXPORT}: the file is empty")
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_int=_json_int)
+        if may_hold_surrogates(text):  # a lone `\ud800` encodes nowhere: U+FFFD instead
+            doc = without_lone_surrogates(doc)
     except json.JSONDecodeError as exc:
         raise IssueExportError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
@@ -255,10 +294,12 @@ def _github_export(items: list, container: dict) -> IssueExport:
     issues: dict[str, Issue] = {}
     warnings: list[str] = []
     embedded: dict[str, list] = {}
+    where: dict[str, int] = {}  # an issue's key -> its place among the items
     for i, item in enumerate(items):
         number = item.get("number")
-        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-            raise IssueExportError(f"{NOT_AN_EXPORT}: issues[{i}]: \"number\" must be a whole number, got {_short(number)}")
+        if isinstance(number, str) or _issue_number(number) is None:
+            raise IssueExportError(f"{NOT_AN_EXPORT}: issues[{i}]: \"number\" must be a whole number from 1 to "
+                                   f"{MAX_ISSUE_NUMBER}, got {_short(number)}")
         if not isinstance(item.get("title"), str):
             raise IssueExportError(f"{NOT_AN_EXPORT}: issues[{i}] (#{number}): \"title\" must be a string, "
                                    f"got {_short(item.get('title'))}")
@@ -273,10 +314,12 @@ def _github_export(items: list, container: dict) -> IssueExport:
             repository=repo, issue_type="pull request" if is_pr else "issue")
         old = issues.get(issue.key.lower())
         if old is not None:  # overlapping pages of a paginated export: keep the later update
+            _check_same_issue(items, where[issue.key.lower()], i, issue.key, _github_identity)
             warnings.append(f"{issue.key} appears more than once; kept the one updated last")
             if old.updated_at > issue.updated_at:
                 continue
         issues[issue.key.lower()] = issue
+        where[issue.key.lower()] = i
         if isinstance(item.get("comments"), list):
             embedded[issue.key.lower()] = item["comments"]
     comments = container.get("comments")
@@ -287,7 +330,7 @@ def _github_export(items: list, container: dict) -> IssueExport:
     for j, c in enumerate(comments or []):
         if not isinstance(c, dict):
             raise IssueExportError(f"{NOT_AN_EXPORT}: comments[{j}] is {_describe(c)}, not a comment object")
-        repo, number = _comment_issue(c, repository)
+        repo, number = _comment_issue(c, repository, j)
         if number is None:
             raise IssueExportError(f"{NOT_AN_EXPORT}: comments[{j}] names no issue (give \"issue_url\" or "
                                    f"\"issue_number\")")
@@ -325,21 +368,54 @@ def _dedupe_comments(issue: Issue) -> None:
     issue.comments = kept
 
 
-def _comment_issue(c: dict, repository: str) -> tuple[str, int | None]:
+def _comment_issue(c: dict, repository: str, j: int) -> tuple[str, int | None]:
+    """The (repository, number) of the issue comment `c` (comments[j]) is about; number None when
+    it names none, IssueExportError when the number it names cannot be an issue's."""
     for key in ("issue_number", "issue"):
         v = c.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-            return repository, v
-        if isinstance(v, str) and v.strip().lstrip("#").isdigit():
-            return repository, int(v.strip().lstrip("#"))
+        if isinstance(v, str) and v.strip().lstrip("#").isdigit() or isinstance(v, (int, _LongNumber)) \
+                and not isinstance(v, bool):
+            return repository, _comment_number(v, j, key)
     url = _str(c.get("issue_url"))
     m = _API_ISSUE_URL_RE.search(url) or _HTML_ISSUE_URL_RE.match(url)
     if m:
-        return repository or m.group("repo"), int(m.group("num"))
+        return repository or m.group("repo"), _comment_number(m.group("num"), j, "issue_url")
     m = _HTML_ISSUE_URL_RE.match(_str(c.get("html_url")))
     if m:
-        return repository or m.group("repo"), int(m.group("num"))
+        return repository or m.group("repo"), _comment_number(m.group("num"), j, "html_url")
     return repository, None
+
+
+def _comment_number(value, j: int, key: str) -> int:
+    number = _issue_number(value)
+    if number is None:
+        shown = f"a number of {len(value)} digits" if isinstance(value, str) and len(value) > 24 else _short(value)
+        raise IssueExportError(f"{NOT_AN_EXPORT}: comments[{j}]: \"{key}\": {shown} is no issue number (a whole "
+                               f"number from 1 to {MAX_ISSUE_NUMBER})")
+    return number
+
+
+def _github_identity(item: dict) -> str:
+    """What tells one GitHub issue from another of the same number: its id, else its creation."""
+    return _str(item.get("id")) or _str(item.get("node_id")) or _str(item.get("created_at"))
+
+
+def _jira_identity(item: dict) -> str:
+    fields = item.get("fields") if isinstance(item.get("fields"), dict) else {}
+    return _str(item.get("id")) or _str(fields.get("created"))
+
+
+def _check_same_issue(items: list, first: int, then: int, key: str, identity) -> None:
+    """Two items with one key are one issue listed twice (overlapping pages of a paginated export:
+    the later update is kept) only when their id, else their creation time, is the same; any other
+    pair is refused, since keeping one would drop the other issue unseen."""
+    a, b = identity(items[first]), identity(items[then])
+    if a and a == b:
+        return
+    why = f"different ids or creation times ({_short(a)} and {_short(b)})" if a or b \
+        else "neither has an id or creation time that shows them to be one issue"
+    raise IssueExportError(f"{NOT_AN_EXPORT}: issues[{first}] and issues[{then}] are both {key}: {why}; an export "
+                           "lists each issue once")
 
 
 def _short(value) -> str:
@@ -355,6 +431,7 @@ def _person(value) -> str:
 
 def _jira_export(items: list) -> IssueExport:
     issues: dict[str, Issue] = {}
+    where: dict[str, int] = {}  # an issue's key -> its place among the items
     warnings: list[str] = []
     for i, item in enumerate(items):
         key = _str(item.get("key")).strip()
@@ -385,10 +462,12 @@ def _jira_export(items: list) -> IssueExport:
                                           if base and c.get("id") else ""))
         _dedupe_comments(issue)
         if key in issues:
+            _check_same_issue(items, where[key], i, key, _jira_identity)
             warnings.append(f"{key} appears more than once; kept the one updated last")
             if issues[key].updated_at > issue.updated_at:
                 continue
         issues[key] = issue
+        where[key] = i
     projects = sorted({i.repository for i in issues.values()})
     return IssueExport("jira", ", ".join(projects), list(issues.values()), warnings)
 
@@ -491,7 +570,8 @@ def _passages(source_id: str, file_path: str, text: str, max_tokens: int) -> tup
     the passage a reference in it lands in (a heading-only section's parent -> its first passage)."""
     if not text.strip():
         return [], [], {}
-    doc = chunk_doc(source_id, file_path, text, "markdown", max_tokens=max_tokens)
+    # an issue tracker's Markdown has no roles: its code spans are the code it names
+    doc = chunk_doc(source_id, file_path, text, "markdown", max_tokens=max_tokens, code_spans=True)
     children = [c for c in doc.chunks if c.role == "child"]
     first_of: dict[str, str] = {}
     for c in children:
