@@ -73,6 +73,16 @@ def test_an_empty_answer_says_why(reader):
 
 @pytest.mark.integration
 @pytest.mark.neo4j
+def test_an_exact_lookup_of_a_sentence_or_an_unknown_name_says_why(reader):
+    sentence = reader.query("how is the regional tax applied to an amount", k=5, mode="exact")
+    assert sentence["hits"] == [] and "mode exact looks up identifiers" in sentence["empty_reason"]
+    unknown = reader.query("frobnicate_the_widget", k=5, mode="exact")
+    assert unknown["hits"] == [] and "is named 'frobnicate_the_widget'" in unknown["empty_reason"]
+    assert reader.query("apply_tax", k=5, mode="exact")["hits"]
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_a_name_its_package_re_exports_is_found(reader):
     # `shopcart.apply_tax` names what a module of the package `shopcart` defines, as `json.JSONDecodeError`
     # names `json.decoder.JSONDecodeError` (the rule does not read the package `__init__`)

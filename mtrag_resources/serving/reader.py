@@ -734,7 +734,7 @@ class ReaderCore:
             out["translation"] = english
         out["stale"].extend(space_stale)
         if not hits:
-            out["empty_reason"] = self._why_empty(kind, kinds, scope, state, translation)
+            out["empty_reason"] = self._why_empty(text, mode, kind, kinds, scope, state, translation)
         out["timings_ms"] = t
         return out
 
@@ -768,10 +768,10 @@ class ReaderCore:
             or any(ml_cosines.get(h["chunk_id"], 0.0) >= MIN_TOP_COSINE["multilingual"] for h in top)
         return exact, "normal" if exact_found or close else "low"
 
-    def _why_empty(self, kind: str | None, kinds: list[str], scope: set[str] | None, state: gate.GateState,
-                   translation: Translation) -> str:
-        """One sentence on why a query found nothing: the scope, the kind, lagging stores, or words
-        that neither the index nor the dictionary knows."""
+    def _why_empty(self, text: str, mode: str, kind: str | None, kinds: list[str], scope: set[str] | None,
+                   state: gate.GateState, translation: Translation) -> str:
+        """One sentence on why a query found nothing: the scope, the kind, lagging stores, the exact
+        mode given a sentence or an unknown name, or words neither the index nor the dictionary knows."""
         sources = {s: e for s, e in self.manifest["sources"].items()
                    if (scope is None or s in scope) and (kind is None or e["kind"] == kind)}
         where = f"the sources {sorted(scope)}" if scope is not None else "the published sources"
@@ -779,6 +779,11 @@ class ReaderCore:
             return f"{where} hold no source of kind {kind!r}" if kind else f"{where} hold no source"
         if all(state.is_stale(s, "fts") and state.is_stale(s, "qdrant") for s in sources):
             return f"every store of {where} lags the published generation (see `stale`)"
+        if mode == "exact":
+            if not is_identifier_query(text):
+                return ("mode exact looks up identifiers (a name such as `Group` or `pkg.mod.func`) and the "
+                        "query is a sentence: ask it in mode hybrid, the default")
+            return f"no symbol, file or alias of {where} is named {text.strip()!r}"
         if translation.words and not translation.english:
             return (f"no chunk of {where} shares a word with the question, and its Chinese words "
                     f"{translation.unknown} have no English translation in the dictionary")
