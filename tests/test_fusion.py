@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, weighted_rrf
+from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, merge_exact_into_dense, named_first, weighted_rrf
 
 pytestmark = pytest.mark.unit
 
@@ -91,3 +91,9 @@ def test_rrf_is_a_permutation_with_non_increasing_scores(rankings, weights, k):
     assert all(a >= b for a, b in zip(scores, scores[1:]))
     for _, s, detail in out:
         assert s == pytest.approx(sum(c["score"] for c in detail.values()))
+
+
+def test_what_the_whole_query_names_goes_first_each_part_in_its_order():
+    fused = [("doc", 0.9, {}), ("other", 0.8, {}), ("issue", 0.5, {}), ("issue-2", 0.4, {})]
+    assert [e[0] for e in named_first(fused, {"issue-2", "issue"})] == ["issue", "issue-2", "doc", "other"]
+    assert named_first(fused, set()) == fused

@@ -3,6 +3,7 @@ import pytest
 from mtrag_resources.serving.query_text import (
     PreprocessedQuery,
     identifiers_in,
+    is_identifier_query,
     normalize_for_keyword,
     preprocess_query,
 )
@@ -82,3 +83,11 @@ def test_identifiers_in_calls_and_empty():
     assert identifiers_in("call get_current_context() or main()") == ["get_current_context", "main"]
     assert identifiers_in("") == []
     assert identifiers_in("纯中文没有标识符") == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("#8", True), (" acme/shop#12 ", True), ("PROJ-12", True), ("click.prompt", True),
+    ("# 8", False), ("issue #8", False), ("prompt", False), ("proj-12", False),
+])
+def test_an_issue_key_is_a_whole_query_name(text, expected):
+    assert is_identifier_query(text) is expected

@@ -119,14 +119,19 @@ def exact_hits(store, text: str, k: int, kind: str | None, sources: dict, stale:
     return out
 
 
-def exact_matched(hits: list[dict], text: str) -> bool:
-    """Did the query's own identifier resolve: an alias equal to it, a symbol ending with it
-    (`Context.invoke` names `click.core.Context.invoke`), or a symbol its package re-exports
-    (`json.JSONDecodeError` names `json.decoder.JSONDecodeError`)?"""
+def exactly_named(hits: list[dict], text: str) -> list[str]:
+    """The exact channel's chunks the query's own identifier names: an alias equal to it, a symbol
+    ending with it (`Context.invoke` names `click.core.Context.invoke`), or a symbol its package
+    re-exports (`json.JSONDecodeError` names `json.decoder.JSONDecodeError`)."""
     norm = normalize_alias(text)
-    return any(h["match"] == "exact" and normalize_alias(h["alias"]) == norm
-               or h["match"] == "last_part" and names_through_package(normalize_alias(h.get("symbol") or ""), norm)
-               for h in hits)
+    return [h["chunk_id"] for h in hits
+            if h["match"] == "exact" and normalize_alias(h["alias"]) == norm
+            or h["match"] == "last_part" and names_through_package(normalize_alias(h.get("symbol") or ""), norm)]
+
+
+def exact_matched(hits: list[dict], text: str) -> bool:
+    """Did the query's own identifier resolve (exactly_named)?"""
+    return bool(exactly_named(hits, text))
 
 
 def names_through_package(symbol: str, name: str) -> bool:

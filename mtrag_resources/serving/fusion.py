@@ -161,3 +161,12 @@ def demote_declarations(
             head.insert(i, head.pop(impl))
             rows.insert(i, rows.pop(impl))
     return head + list(fused[window:])
+
+
+def named_first(fused: Sequence[tuple[Id, float, dict]], named: set[Id]) -> list[tuple[Id, float, dict]]:
+    """The fused list with the chunks the whole query names (an identifier or an issue key that
+    is their alias) ahead of the rest, each part in its own order: a query that is a name asks
+    for what it names, however many other chunks share its words."""
+    if not named:
+        return list(fused)
+    return [e for e in fused if e[0] in named] + [e for e in fused if e[0] not in named]

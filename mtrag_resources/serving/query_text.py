@@ -246,9 +246,16 @@ def identifiers_in(text: str) -> list[str]:
 _WHOLE_IDENT_RE = re.compile(rf"\s*`?(?P<name>{_IDENT}(?:\.{_IDENT})*)(?P<call>\(\s*\))?`?\s*")
 
 
+# An issue's key as the whole query: `#12`, `owner/repo#12`, `PROJ-12` (the issue aliases' forms).
+_WHOLE_ISSUE_KEY_RE = re.compile(r"\s*(?:(?:[\w.-]+/[\w.-]+)?#[0-9]{1,19}|[A-Z][A-Z0-9]{1,9}-[0-9]{1,7})\s*")
+
+
 def is_identifier_query(text: str) -> bool:
     """Is the whole query one code identifier (`click.core.Context.invoke`, `get_terminal_size`,
-    `MemoryGraph`, `prompt()`)? Plain words are not: "prompt" may be prose."""
+    `MemoryGraph`, `prompt()`) or one issue key (`#12`, `PROJ-12`)? Plain words are not: "prompt"
+    may be prose."""
+    if _WHOLE_ISSUE_KEY_RE.fullmatch(text):
+        return True
     m = _WHOLE_IDENT_RE.fullmatch(text)
     return bool(m) and _is_code_like(m.group("name"), bool(m.group("call")))
 

@@ -46,7 +46,8 @@ from mtrag_resources.stores.contract import LINKS_SOURCE
 from mtrag_resources.publish import gate
 from mtrag_resources.publish.golden import load_refusal
 from mtrag_resources.serving.bundles import Hit as BundleHit, MemoryGraph, apply_keyword_bonus, best_by_id, distance_from_cosine, score_bundles
-from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, weighted_rrf
+from mtrag_resources.serving.fusion import (DEFAULT_WEIGHTS, demote_declarations, merge_exact_into_dense, named_first,
+                                             weighted_rrf)
 from mtrag_resources.serving.query_text import is_identifier_query, lexical_text, preprocess_query
 from mtrag_resources.serving.requests import (  # noqa: F401  (QueryError, UnknownSource, UnknownSymbol: the reader's API)
     DEFAULT_PATH_RELATIONS, MODES, QueryError, UnknownSource, UnknownSymbol, check_known_sources, check_paths,
@@ -706,8 +707,9 @@ class ReaderCore:
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
         stale_f = state.stale_for("fts")
+        named = set(channels_.exactly_named(exact_found, text)) if is_identifier_query(text) else set()
         hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"),
-                          text if mode == "hybrid" else None)
+                          text if mode == "hybrid" else None, named)
         state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
         out["stale"] = list(state.stale)
         self._hydrate_parents(hits, stale_f)
@@ -858,9 +860,11 @@ class ReaderCore:
         return rankings, cosines, dense_kind, qvec, exact_found
 
     def _fuse(self, rankings: dict, cosines: dict, rows: dict, payloads: dict, recalled: list[str],
-              kinds: list[str], qvec, k: int, stale_q: set[str], rerank_for: str | None = None) -> list[dict]:
+              kinds: list[str], qvec, k: int, stale_q: set[str], rerank_for: str | None = None,
+              named: set[str] = frozenset()) -> list[dict]:
         """The channels' rankings fused into the top k hits, each with its true cosine; the head
-        reordered by the learned ranker for the question `rerank_for` (hybrid queries)."""
+        reordered by the learned ranker for the question `rerank_for` (hybrid queries); what the
+        whole query names first."""
         if qvec is not None and self._qdrant is not None:
             # Exact and lexical candidates get their true cosine by point id: no invented ranks.
             cosines.update(channels_.true_cosines(self._qdrant, self._qdrant_lock, qvec, recalled, cosines, rows,
@@ -873,6 +877,7 @@ class ReaderCore:
         fused = weighted_rrf(rankings, {c: self.weights.get(c, 1.0) for c in rankings})
         if rerank_for is not None:
             fused = self.ranker.reorder(rerank_for, fused, {**payloads, **rows}, cosines)
+        fused = named_first(fused, named)
         fused = demote_declarations(fused, lambda cid: rows.get(cid) or payloads.get(cid), k)
         hits = []
         for cid, score, per_channel in fused:
