@@ -41,6 +41,35 @@ def _server_argv(args) -> list[str]:
 
 
 def cmd_build(args) -> int:
+    from mtrag_assets.interrupts import signals_seen
+    with signals_seen() as last_signal:
+        try:
+            return _build(args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised unless Ctrl-C or SIGTERM stopped the build
+            from mtrag_assets.interrupts import exit_code, is_interrupt
+            if args.debug or not (is_interrupt(exc) or last_signal() is not None):
+                raise
+            return _interrupted(exit_code(last_signal()))
+
+
+def _interrupted(code: int) -> int:
+    """One line instead of the run's traceback: what a stopped build leaves. Its sources' dirty
+    markers stay (build_state.mark_dirty), so the next build rebuilds what it was writing."""
+    import signal
+    from mtrag_resources.publish.manifest import load_current
+    name = signal.Signals(code - 128).name if code - 128 in signal.valid_signals() else f"signal {code - 128}"
+    try:
+        generation = (load_current(Settings.from_env().manifest_dir) or {}).get("generation")
+    except Exception:  # noqa: BLE001 - the line is said whatever the manifest folder holds
+        generation = None
+    served = (f"generation {generation} is still the one served" if generation is not None
+              else "nothing was published")
+    print(f"mtrag: build interrupted ({name}); {served}; the next `mtrag build` converges what this one left",
+          file=sys.stderr, flush=True)
+    return code
+
+
+def _build(args) -> int:
     settings = _settings()
     from mtrag_assets import build_client
     mode = "off" if args.no_server else build_client.mode()
@@ -84,18 +113,22 @@ def _build_here(settings: Settings, args) -> int:
     specs = _checked_specs(settings, args)
     known_changes = None
     if not args.source and not args.force:
-        from mtrag_resources.publish.build_state import changed_sources, publish_pending
+        from mtrag_resources.publish.build_state import changed_sources, publish_pending, source_problems
         from mtrag_resources.embedding.embedder import EmbedderConfig, Embedder, fingerprint_id_of
         fp = Embedder(EmbedderConfig.from_env()).fingerprint_without_loading()
         changed, removed = changed_sources(settings, specs, fingerprint_id_of(fp) if fp else None)
-        if not changed and not removed and not publish_pending(settings):
-            print(f"nothing changed since the published generation ({time.perf_counter() - t0:.2f} s)")
-            return 0
+        failing = source_problems(settings, [s for s in specs if s.id in changed]) if changed else {}
+        if not set(changed) - set(failing) and not removed and not publish_pending(settings):
+            # A source that cannot be built (a missing folder) is no change: publishing again would
+            # only copy the published generation under a new number, build after build.
+            return _nothing_changed(failing, t0, settings=settings, specs=specs)
         if fp:  # taken with the embedder's fingerprint: the build need not scan the sources again
             known_changes = (changed, removed)
     from mtrag_resources.stores.neo4j_server import launch_local_server
     launch_local_server(settings)  # boots while the first source is chunked and embedded
     summary = _run_build_or_refusal(settings, specs, args, known_changes)
+    if summary.get("unchanged"):  # every source to build failed, and nothing else changed
+        return _nothing_changed(summary["failed"], t0, said=True)
     from mtrag_resources.publish.manifest import load_current
     current = load_current(settings.manifest_dir) or {}
     print(f"built {summary['built'] or 'nothing'}; removed {summary['removed'] or 'nothing'}; "
@@ -110,6 +143,31 @@ def _build_here(settings: Settings, args) -> int:
         print(f"mtrag: not built: {sorted(summary['failed'])} (see above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _nothing_changed(failing: dict[str, str], t0: float, said: bool = False, settings: Settings | None = None,
+                     specs=None) -> int:
+    """No new generation: exit 0, or 1 naming each source that cannot be built (its why on stderr,
+    unless the runner `said` it), which the published generation goes on serving as last built.
+    With `settings`, the disk an earlier build left to reclaim is given back first (a home built
+    before publishes reclaimed anything would otherwise keep it until something changes)."""
+    if settings is not None:
+        from mtrag_resources.publish.manifest import load_current
+        from mtrag_resources.publish.reclaim import reclaim
+        published = (load_current(settings.manifest_dir) or {}).get("sources", {})
+        reclaimed = reclaim(settings, {s.id for s in specs} | set(published))["reclaimed"]
+        if reclaimed:
+            print(f"reclaimed {reclaimed}")
+    seconds = f"{time.perf_counter() - t0:.2f} s"
+    if not failing:
+        print(f"nothing changed since the published generation ({seconds})")
+        return 0
+    if not said:
+        for why in failing.values():
+            print(f"mtrag: {why}; not built", file=sys.stderr, flush=True)
+    print(f"nothing else changed since the published generation ({seconds}); no new generation published")
+    print(f"mtrag: not built: {sorted(failing)} (see above)", file=sys.stderr)
+    return 1
 
 
 # What a long-lived process that runs many builds (the build server) sets: tags every build run of

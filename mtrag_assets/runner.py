@@ -17,7 +17,8 @@ from pathlib import Path
 import dagster as dg
 
 from mtrag_resources.core import instance_file
-from mtrag_resources.publish.build_state import changed_sources, mark_dirty, source_lock, source_problems
+from mtrag_resources.publish.build_state import (changed_sources, mark_dirty, publish_pending, source_lock,
+                                                 source_problems)
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import spec_root
 from mtrag_resources.core.processes import alive, proc_start
@@ -28,6 +29,7 @@ from mtrag_resources.stores.connect import shared_qdrant
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
 from mtrag_assets.instance_engines import reuse_sqlite_engines
+from mtrag_assets.interrupts import last_signal
 from mtrag_assets.jobs import JOBS, build_source_and_publish_job, build_source_job, publish_generation_job
 from mtrag_assets.partitions import sources_partitions
 from mtrag_assets.resources import MtragResource
@@ -166,18 +168,24 @@ class StageProgress:
             self.counts[step] = {k: getattr(v, "value", v) for k, v in meta.items()}
         elif kind == "STEP_SUCCESS":
             seconds = time.perf_counter() - self.started.pop(step, time.perf_counter())
-            counts = [f"{k} {v}" for k, v in self.counts.pop(step, {}).items()
+            meta = self.counts.pop(step, {})
+            reclaimed = meta.get("reclaimed")
+            counts = [f"{k} {v}" for k, v in meta.items()
                       if isinstance(v, int) and not isinstance(v, bool) and not k.endswith(("seconds", "_s", "_ms"))]
             if step not in self.asset_steps:
                 self.log(f"[{self.label}] check {step} ok in {seconds:.1f} s")
                 return
             self.log(f"[{self.label}] {step} done in {seconds:.1f} s"
                      + (f": {', '.join(counts[:self.MAX_COUNTS])}" if counts else ""))
+            if reclaimed:  # the publish gave disk back (publish/reclaim.py)
+                self.log(f"[{self.label}] reclaimed {reclaimed}")
         elif kind == "STEP_FAILURE":
             error = getattr(event.event_specific_data, "error", None)
             cause = error
             while cause is not None and getattr(cause, "cause", None) is not None:
                 cause = cause.cause
+            if getattr(cause, "cls_name", "") == "DagsterExecutionInterruptedError" or last_signal() is not None:
+                return  # Ctrl-C or SIGTERM (and what it broke): `mtrag build` says so in one line
             why = " ".join((getattr(cause, "message", "") or "").split())
             # on stderr: what failed is the error output of the build, and survives a quiet stdout
             print(f"[{self.label}] {step} failed" + (f": {why[:300]}" if why else ""), file=sys.stderr, flush=True)
@@ -322,7 +330,12 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         print(f"mtrag: {why}; not built (the other sources are)", file=sys.stderr, flush=True)
     targets = [t for t in targets if t not in failed]
     buildable = [s for s in specs if s.id not in failed]
+    pending = publish_pending(settings)  # before build_session marks this build's publish
     with build_session(settings, buildable, targets, log, keep_qdrant=keep_qdrant) as targets:
+        if failed and not targets and not removed and not pending:
+            # only sources that cannot be built changed: a publish would copy the published
+            # generation under a new number, once per build until the entry is fixed
+            return {"built": [], "removed": [], "runs": {}, "failed": failed, "unchanged": True}
         defs = cli_definitions(resources)
 
         def run(sid: str | None, publish: bool) -> str:

@@ -243,6 +243,8 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         summary = run_build(settings, specs, only=targets or None, log=lambda line: None,
                             extra_tags={PLANE_TAG: "watch"})
         converge_next["pending"] = False
+        if summary.get("unchanged"):  # only sources that cannot be built changed: nothing published
+            return
         seconds = time.perf_counter() - t0
         generation = (load_current(settings.manifest_dir) or {}).get("generation")
         embedded = _embedded(settings, summary["runs"])

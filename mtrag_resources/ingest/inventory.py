@@ -105,14 +105,16 @@ def git_commit(root: Path) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def _walk(root: Path, include, start: str = "") -> "Iterator[tuple[str, str, str | None, os.DirEntry]]":
+def _walk(root: Path, include, start: str = "",
+          pruned: tuple[str, ...] = ()) -> "Iterator[tuple[str, str, str | None, os.DirEntry]]":
     """Yield (rel_path, abs_path, skip_reason|None, its directory entry), directories and files in
     name order. Symlinked directories are not followed, which also makes symlink loops harmless.
     Directories no include glob can reach are not entered: a source rooted at a repository must not
     pay for walking its data folders. os.scandir's entries tell a directory and a symlink from
     the directory listing, so a plain file costs no syscall here (django's 2,455 folders and 8.5k
     files: pathlib and os.walk's per-entry lstat were most of a 0.12 s scan). `start`: a folder
-    under the root (relative) whose entries alone are walked, as the whole walk gives them."""
+    under the root (relative) whose entries alone are walked, as the whole walk gives them;
+    `pruned`: folders (relative) never entered (MTRAG_HOME inside the source: snapshot.scan_source)."""
     prefixes = [_literal_prefix(p) for p in include]
     stack = [(start, os.path.join(str(root), start) if start else str(root))]
     while stack:
@@ -133,7 +135,7 @@ def _walk(root: Path, include, start: str = "") -> "Iterator[tuple[str, str, str
         descend = []
         for entry in subdirs:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            if entry.name in ALWAYS_EXCLUDED_DIRS or not _reachable(rel, prefixes):
+            if entry.name in ALWAYS_EXCLUDED_DIRS or rel in pruned or not _reachable(rel, prefixes):
                 continue
             if entry.is_symlink():
                 yield rel, entry.path, SYMLINKED_DIR, entry
@@ -160,14 +162,14 @@ def _reachable(rel_dir: str, prefixes: list[tuple[str, ...]]) -> bool:
 
 
 def scan(source_id: str, root: Path, include, exclude, max_file_bytes: int,
-         previous: Inventory | None = None, kind: str = "code") -> Inventory:
+         previous: Inventory | None = None, kind: str = "code", pruned: tuple[str, ...] = ()) -> Inventory:
     """The inventory of a folder. `kind` is the source's: a docs source takes PDFs (binary files
     whose text pypdf extracts; `binary_rule`), any other skips them as binary."""
     root = Path(root).resolve()
     cache = {f.path: f for f in previous.files} if previous else {}
     files: list[FileEntry] = []
     links: list[str] = []
-    for rel, full, walk_reason, dirent in _walk(root, include):
+    for rel, full, walk_reason, dirent in _walk(root, include, pruned=pruned):
         if dirent.is_symlink():
             links.append(rel)
         if not _taken(rel, walk_reason, include, exclude):
@@ -183,7 +185,7 @@ def _taken(rel: str, walk_reason: str | None, include, exclude) -> bool:
 
 
 def rescan(previous: Inventory, root: Path, include, exclude, max_file_bytes: int, changed: set[str],
-           kind: str = "code") -> Inventory | None:
+           kind: str = "code", pruned: tuple[str, ...] = ()) -> Inventory | None:
     """The inventory `scan` gives now, from `previous` (the scan before, of the same root) and the
     paths (relative to the root) that changed since: each changed path is read again as the whole
     walk reads it (a folder: walked), every other entry is kept as it was. The caller vouches that
@@ -217,7 +219,7 @@ def rescan(previous: Inventory, root: Path, include, exclude, max_file_bytes: in
         if is_dir and (name in ALWAYS_EXCLUDED_DIRS or not _reachable(rel, prefixes)):
             continue
         if is_dir and not is_link:
-            walked = list(_walk(root, include, start=rel))
+            walked = list(_walk(root, include, start=rel, pruned=pruned))
             links.update(sub for sub, _path, _reason, dirent in walked if dirent.is_symlink())
             found = [(sub, Path(path), reason) for sub, path, reason, _ in walked]
         elif is_dir or os.path.lexists(full):

@@ -50,17 +50,22 @@ def scan_source(settings: Settings, spec: SourceSpec, keep: Callable[[bytes, str
         return inventory
     if spec.kind == "issues":  # one export file (ingest/issues.py)
         return scan_export(settings, spec, load_inventory(layout))
-    missing = folder_problem(spec, settings.sources_file)
+    missing = folder_problem(spec, settings.sources_file) or (home_problem(settings, spec) if spec.path else None)
     if missing:  # a walk of no folder is an empty source, not a source whose files all went
         raise SourceConfigError(missing)
     previous = load_inventory(layout)
     inventory = None
+    root = spec_root(settings, spec)
+    # MTRAG_HOME inside the folder (the default home, data/, inside the repository indexed): its
+    # files are mtrag's own output, changed by every build, and never walked
+    home = home_in_folder(settings, root)
+    pruned, exclude = ((home,), (*spec.exclude, home, f"{home}/**")) if home else ((), spec.exclude)
     if changed is not None and previous is not None:
-        inventory = rescan(previous, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
-                           changed, kind=spec.kind)
+        inventory = rescan(previous, root, spec.include, exclude, spec.max_file_bytes, changed, kind=spec.kind,
+                           pruned=pruned)
     if inventory is None:
-        inventory = scan(spec.id, spec_root(settings, spec), spec.include, spec.exclude, spec.max_file_bytes,
-                         previous=previous, kind=spec.kind)
+        inventory = scan(spec.id, root, spec.include, exclude, spec.max_file_bytes, previous=previous,
+                         kind=spec.kind, pruned=pruned)
     elif stats is not None:  # how the folder was read: the named paths only
         stats.mode, stats.changed_paths = "rescan", len(changed)
     if spec.pip_sdist:
@@ -90,6 +95,27 @@ def open_git(settings: Settings, spec: SourceSpec) -> Iterator["GitRepository"]:
         repo.close()
 
 
+def home_in_folder(settings: Settings, root: Path) -> str | None:
+    """MTRAG_HOME's path relative to a folder source's `root` when the home lies inside it
+    ("." when it is the root itself), else None."""
+    try:
+        return Path(settings.home).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def home_problem(settings: Settings, spec: SourceSpec) -> str | None:
+    """A folder source that is MTRAG_HOME or a folder inside it holds nothing but mtrag's own
+    output (which every build changes): refused, naming the entry. A home inside the source's
+    folder is not walked instead (scan_source)."""
+    root = spec_root(settings, spec).resolve()
+    home = Path(settings.home).resolve()
+    if root != home and home not in root.parents:
+        return None
+    return (f"{settings.sources_file}: source id={spec.id!r}: path {spec.path!r}: is MTRAG_HOME ({home})"
+            + ("" if root == home else " or a folder inside it") + ": mtrag's own output, not a source")
+
+
 def source_problem(settings: Settings, spec: SourceSpec) -> str | None:
     """Why this source cannot be built now, or None: a `path` folder that does not exist, a git
     entry with both `path` and `git` or no `ref`, a `git:` that is no repository, a ref that names
@@ -99,7 +125,8 @@ def source_problem(settings: Settings, spec: SourceSpec) -> str | None:
     if spec.kind == "issues" and spec.git is None and not spec.error:
         return export_problem(settings, spec)
     if spec.git is None and not spec.error:
-        return folder_problem(spec, settings.sources_file)
+        missing = folder_problem(spec, settings.sources_file)
+        return missing or (home_problem(settings, spec) if spec.path is not None else None)
     from mtrag_resources.ingest.git_source import GitError
     try:
         with open_git(settings, spec) as repo:

@@ -14,6 +14,7 @@ from mtrag_resources.publish import manifest as manifests
 from mtrag_resources.publish.checks import CheckOutcome, check_source
 from mtrag_resources.publish.golden import (GoldenFile, QualityRefused, Verdict, accepted_record, clear_refusal,
                                             judge, load_golden, record_refusal)
+from mtrag_resources.publish.reclaim import reclaim
 from mtrag_resources.publish.views import gather_views
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder
@@ -204,4 +205,10 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                  "added": change["added"], "removed": change["removed"], "changed": change["changed"],
                  "chunks_before": change["chunks_before"], "chunks_after": change["chunks_after"],
                  "checks_passed": len(outcomes), **publish_cost})
+    # Disk no generation needs any more, once this one is CURRENT; a failure here is reported,
+    # and never undoes the publish.
+    try:
+        meta.update(reclaim(settings, {s.id for s in specs} | set(manifest["sources"])))
+    except Exception as exc:  # noqa: BLE001 - the next publish tries again
+        meta["reclaim_error"] = f"{type(exc).__name__}: {exc}"
     return StageResult(data_version=str(number), metadata=meta, value=manifest)

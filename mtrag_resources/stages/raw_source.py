@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 from contextlib import contextmanager
+from pathlib import Path
 
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.git_source import ScanStats
 from mtrag_resources.ingest.globs import matches_any
-from mtrag_resources.ingest.snapshot import scan_source, snapshot_files
+from mtrag_resources.ingest.snapshot import home_in_folder, scan_source, snapshot_files
 from mtrag_resources.ingest.inventory import TOO_LARGE
 from mtrag_resources.ingest.pdf import ENCRYPTED, is_pdf_skip
 from mtrag_resources.ingest.sources import SourceSpec
@@ -83,7 +84,7 @@ def build_raw_source(settings: Settings, spec: SourceSpec) -> StageResult:
         "skip_warnings": [_skip_warning(f.path, f.reason) for f in skipped if is_pdf_skip(f.reason)][:50],
         # include globs that select nothing, a source with no file to index (a typo in a glob or
         # a path indexes nothing, and would otherwise go unnoticed): the asset logs them too
-        "source_warnings": source_warnings(spec, inventory),
+        "source_warnings": source_warnings(spec, inventory) + home_warnings(settings, spec, inventory),
         "inventory_digest": inventory.digest,
     })
     return StageResult(data_version=inventory.digest, metadata=meta, value=inventory)
@@ -101,6 +102,15 @@ def source_warnings(spec: SourceSpec, inventory) -> list[str]:
         how = f"{len(inventory.skipped)} skipped" if inventory.skipped else "no file matches its include globs"
         out.append(f"source {spec.id!r}: no file to index under {inventory.root} ({how})")
     return out
+
+
+def home_warnings(settings: Settings, spec: SourceSpec, inventory) -> list[str]:
+    """One line when MTRAG_HOME lies inside a folder source, whose walk leaves it out."""
+    home = home_in_folder(settings, Path(inventory.root)) if not inventory.ref and spec.kind != "issues" else None
+    if not home:
+        return []
+    return [f"source {spec.id!r}: MTRAG_HOME ({settings.home}) is inside its folder, at {home!r}: "
+            "not walked (mtrag's own output)"]
 
 
 def _skip_warning(path: str, reason: str) -> str:

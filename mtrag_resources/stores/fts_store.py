@@ -69,6 +69,9 @@ _TEXT_DEFAULTS = {"source_kind", "chunk_type", "file_path", "symbol", "title", "
                   "language", "content_hash", "locator"}
 _INT_COLUMNS = {"start_line", "end_line"}
 _BATCH = 500
+# FtsStore.compact: a file whose free pages are at least this share of it, and this many.
+COMPACT_FREE_FRACTION = 0.5
+COMPACT_MIN_FREE_PAGES = 256
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS chunks (
@@ -812,6 +815,33 @@ class FtsStore:
             for r in conn.execute("SELECT source_id, generation, state FROM markers"):
                 d = out.setdefault(r["source_id"], {"source_id": r["source_id"]})
                 d["marker_generation"], d["marker_state"] = r["generation"], r["state"]
+        return out
+
+    def compact(self, min_free_fraction: float = COMPACT_FREE_FRACTION,
+                min_free_pages: int = COMPACT_MIN_FREE_PAGES) -> dict:
+        """Give the file's free pages back to the disk when they are most of it (sources removed
+        or shrunk leave their pages free, and SQLite reuses them but never returns them): the
+        FTS indexes merged into one segment each ('optimize': a deleted row's index entries go
+        only then), then VACUUM. In WAL mode VACUUM is one write transaction: readers go on with
+        the snapshot they hold and see the rebuilt file from their next read; the file shrinks
+        when the checkpoint after it gets past every reader. `{pages, free_pages, page_size,
+        bytes_before, bytes_after, compacted}`."""
+        conn = self._conn
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        out = {"pages": pages, "free_pages": free, "page_size": size, "bytes_before": self._bytes(),
+               "compacted": False}
+        if free < min_free_pages or free < pages * min_free_fraction:
+            out["bytes_after"] = out["bytes_before"]
+            return out
+        with self._write_transaction() as conn:
+            for table in ("fts_trigram", "fts_cjk"):
+                conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+        conn.execute("VACUUM")
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        out.update(compacted=True, bytes_after=self._bytes())
         return out
 
     def integrity_check(self) -> None:
