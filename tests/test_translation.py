@@ -53,3 +53,10 @@ def test_unknown_word_falls_back_to_known_pieces(translator):
     english = translator.word("密码输入框")
     assert "password" in english.split() and "input" in english.split()
     assert translator.word("的") == ""
+
+
+def test_a_question_searches_the_chinese_index_by_its_content_words(translator):
+    # words, not the question's bigrams across word boundaries (示用, 户输); question words dropped
+    assert translator.translate("如何提示用户输入密码").segmented == "提示 用户 输入 密码"
+    assert translator.translate("API 流式返回那个任务有哪些约束").segmented == "API 流式 返回 任务 约束"
+    assert translator.translate("how do I prompt").segmented == ""

@@ -700,7 +700,7 @@ class ReaderCore:
         pre = preprocess_query(text)
         # the exact channel and the bridge share them
         lookups = channels_.AliasLookups(self._fts, channels_.scope_ids(sources, state.stale_for("fts"), scope))
-        rankings, cosines, dense_kind, qvec, exact_found = self._recall(text, translation.keywords, k, kind, mode, state, kinds,
+        rankings, cosines, dense_kind, qvec, exact_found = self._recall(text, translation, k, kind, mode, state, kinds,
                                                                         embedding, t, lookups, scope)
         ml_cosines = self._recall_multilingual(ml_embedding, k, kinds, state, scope, rankings, dense_kind, t)
         recalled = list(dict.fromkeys(cid for r in rankings.values() for cid in
@@ -813,13 +813,14 @@ class ReaderCore:
         t["dense_ml_ms"] = _ms(t0)
         return dict(found)
 
-    def _recall(self, text: str, english: str, k: int, kind: str | None, mode: str, state: gate.GateState,
+    def _recall(self, text: str, translation: Translation, k: int, kind: str | None, mode: str, state: gate.GateState,
                 kinds: list[str], embedding, t: dict, lookups,
                 scope: set[str] | None = None) -> tuple[dict, dict, dict, object, list[dict]]:
         """Each channel's ranking for the query (the dense one with cosines), the collection kind of
         each dense hit, the query vector (None when no dense channel runs) and the exact matches
         (looked up for an identifier-shaped query even when the mode has no exact channel).
-        `english`: a Chinese question's translated keywords, searched lexically beside it (`fts_en`).
+        `translation`: a Chinese question's content words (its lexical query: words, not bigrams
+        across word boundaries) and its translated keywords, searched lexically beside it (`fts_en`).
         `scope`: a scoped query's sources, which each store is asked to restrict itself to."""
         sources = self.manifest["sources"]
         channels = MODES[mode]
@@ -830,7 +831,9 @@ class ReaderCore:
         fts_hits = None
         if "fts" in channels:  # before waiting for the embedding, which runs meanwhile
             t0 = time.perf_counter()
-            fts_hits = channels_.fts(self._fts, lexical_text(text), k, kind, sources, stale_f, scope)
+            lexical = translation.segmented or lexical_text(text)
+            fts_hits = channels_.fts(self._fts, lexical, k, kind, sources, stale_f, scope)
+            english = translation.keywords
             if english:
                 rankings["fts_en"] = [h["chunk_id"] for h in
                                       channels_.fts(self._fts, lexical_text(english), k, kind, sources, stale_f, scope)]

@@ -58,6 +58,7 @@ class Translation:
     english: str
     words: tuple[tuple[str, str], ...]
     keywords: str = ""
+    segmented: str = ""  # the question's content words, space-separated, for the Chinese lexical index
 
     @property
     def unknown(self) -> list[str]:
@@ -158,20 +159,24 @@ class QueryTranslator:
         self.load()
         likeliest: list[str] = []
         every: list[str] = []
+        content: list[str] = []
         words: list[tuple[str, str]] = []
         for m in _RUN_RE.finditer(text):
             if m.group(2):
                 kept = _WORD_RE.findall(m.group(2))
                 likeliest.extend(kept)
                 every.extend(kept)
+                content.extend(kept)
                 continue
             for word in self._jieba.lcut(m.group(1), HMM=False):
                 senses = self.word(word)
                 words.append((word, senses))
+                if word not in FUNCTION_WORDS and word not in STOP_WORDS:
+                    content.append(word)
                 if senses:
                     likeliest.append(senses.split(SENSE_SEPARATOR)[0])
                     every.append(senses.replace(SENSE_SEPARATOR, " "))
-        return Translation(" ".join(likeliest), tuple(words), " ".join(every))
+        return Translation(" ".join(likeliest), tuple(words), " ".join(every), " ".join(content))
 
     def word(self, zh: str) -> str:
         """One segmented word in English: a function word's, the glossary's, CC-CEDICT's, or, for a
