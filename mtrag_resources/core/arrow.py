@@ -3,7 +3,7 @@ probe answered before the first use.
 
 pyarrow asks whether pandas is installed the first time it converts Python values (`pa.array`,
 `pa.table` of lists) or imports `pyarrow.dataset` (a filtered Parquet read), and asking imports
-pandas: 0.23 s of every `mtrag build` process, for conversions that never see a pandas object.
+pandas, a cost every `mtrag build` process paid (docs/performance.md#processes) for conversions that never see a pandas object.
 Here one conversion asks while pandas is hidden, and pyarrow keeps that answer for every later
 probe, the dataset import's included (which stays lazy). pandas itself still imports where it is
 used (the golden report), and pyarrow's explicit pandas calls (`to_pandas`, `from_pandas`) import
@@ -25,8 +25,8 @@ __all__ = ["pa", "pc", "pq", "read_parquet_file"]
 
 def read_parquet_file(path, columns: list[str] | None = None) -> "pa.Table":
     """One Parquet file, whole or some columns: pq.read_table without a filter, without the dataset
-    it builds for a path (a partitioning probe and a fragment scan: ~0.7 ms more per small file,
-    read several times a watch batch)."""
+    it builds for a path (a partitioning probe and a fragment scan per small file, read several
+    times a watch batch)."""
     with pq.ParquetFile(path) as file:
         if columns is not None and not set(columns) <= set(file.schema_arrow.names):
             return pq.read_table(path, columns=columns)  # a nested or missing column: its own answer

@@ -2,19 +2,9 @@
 pure logic over YAML text (no Dagster import, no file access); `mtrag_assets.runner` reads and
 writes the file.
 
-mtrag needs three things of the instance:
-- `concurrency.pools.default_limit` (1: the `qdrant_writer` pool lets one step write at a time),
-- the run tag concurrency limit on `dagster/partition` (one launched run per source at a time),
-- the storage: PostgreSQL through `MTRAG_DAGSTER_PG_URL` when that variable is set (the file
-  names the variable, `postgres_url: {env: MTRAG_DAGSTER_PG_URL}`, so it holds no password), else
-  Dagster's default SQLite files under DAGSTER_HOME.
-
-A file mtrag wrote carries `MARKER` as its first line (or is byte for byte a text mtrag wrote
-before the marker existed) and is rewritten when what mtrag wants changes. A file without it is
-the user's: never rewritten; each difference is one line, and a storage that is not the one asked
-for (PostgreSQL wanted but absent, or a file that reads MTRAG_DAGSTER_PG_URL while it is unset) is
-an error rather than a warning: runs would otherwise be recorded where nobody looks (or Dagster
-fails on the missing variable with a message that does not say why)."""
+mtrag needs the `default_limit` pool, the per-partition run limit and the asked-for storage. A file
+mtrag wrote carries `MARKER` and is rewritten; the user's is never rewritten, each difference is one
+line, and a wrong storage is an error (docs/configuration.md#the-instance-file)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

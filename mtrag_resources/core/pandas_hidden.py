@@ -1,6 +1,6 @@
 """`import pandas` made to fail for a moment, for libraries that probe for pandas on import or first
 use although mtrag never hands them pandas objects (the neo4j driver, pyarrow's conversions):
-importing pandas costs 0.23 s of a process that needs none of it."""
+importing pandas is a noticeable cost to a process that needs none of it."""
 from __future__ import annotations
 
 import sys

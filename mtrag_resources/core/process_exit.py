@@ -1,21 +1,10 @@
 """Leaving an mtrag command's process without tearing the interpreter down.
 
-CPython's exit, once the program is done, (1) waits for the non-daemon threads, (2) runs the
-atexit callbacks, then (3) tears the interpreter down: a full collection, every module's globals
-cleared, every object freed one by one. A `mtrag build` holds a few million objects (Dagster's
-definitions, the stores' clients, the decoded tables and facts), and step 3 took 1.1-1.3 s of a
-one-function build's ~4.8 s on the bench corpus, after the generation was already published
-(strace: CPU with no system calls, then the munmaps of the freed arenas). `exit_now` does steps 1
-and 2 exactly as CPython does and flushes the standard streams, then ends the process with
-os._exit, which the kernel finishes by unmapping the memory in one go.
-
-What step 3 would have done and no longer does: `__del__` methods and extension-type destructors
-of objects still alive at exit. mtrag closes what it writes (stores, files, the Dagster instance's
-transactions are committed when their block ends), SQLite keeps committed transactions in its
-journal for the next opener, and the kernel releases file locks and descriptors; files left open
-for writing by code that relied on a destructor to flush them would lose their buffered tail, which
-is why only the command's entry point (`mtrag_assets.cli.run`) calls this, never a library
-function."""
+CPython's exit waits for the non-daemon threads, runs the atexit callbacks, then tears the
+interpreter down, freeing a build's few million objects one by one after the generation was
+published (docs/performance.md#processes). `exit_now` does the first two exactly as CPython does,
+flushes the standard streams and ends with os._exit. It skips `__del__` and extension destructors,
+so only the command's entry point (`mtrag_assets.cli.run`) calls it, never a library function."""
 from __future__ import annotations
 
 import atexit

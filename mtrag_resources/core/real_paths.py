@@ -1,9 +1,8 @@
 """A path's resolved name, as `str(Path(path).resolve())` gives it, for the hot paths that key
 in-process caches by it (tables' decoded rows, the embedding cache's shard hashes, the settings).
 
-`Path.resolve` walks every component of the path in Python with an lstat each: at django's size
-it was ~4% of a `mtrag watch` batch's CPU (~40 ms a batch, from ~250 calls on a home nine levels
-deep). Here a directory's resolved name is kept by the directory's identity (the name as given,
+`Path.resolve` walks every component of the path in Python with an lstat each, hundreds of times a
+`mtrag watch` batch (docs/performance.md#processes). Here a directory's resolved name is kept by the directory's identity (the name as given,
 its device and inode from one stat), so the next call costs that stat and an lstat of the last
 component. A symlink re-pointed anywhere above gives the name another directory (another inode):
 the entry is not reused. A name with `..` or a missing directory takes the full resolution."""

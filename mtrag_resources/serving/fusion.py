@@ -21,7 +21,7 @@ from typing import TypeVar
 #: Default channel weights for `weighted_rrf`.
 #:
 #: * ``dense`` (embedding cosine) and ``fts`` (SQLite FTS5 bm25) are peers: each is good at what
-#:   the other misses (paraphrase vs. rare literal terms), so neither is preferred.
+#:   the other misses (paraphrase; rare literal terms), so neither is preferred.
 #: * ``exact`` is the alias-table channel: a hit there means the query named a symbol or title
 #:   *exactly* (``click.echo``, ``Context.invoke``). Identity matches are precise - when they
 #:   exist they are almost always what the user meant - so they count double. With k=60 an

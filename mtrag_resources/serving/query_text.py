@@ -1,22 +1,8 @@
 """Rule-based query text handling (no LLM, no store clients).
 
-* `preprocess_query`: seed 002 section 5.1 / 7.3. The query is embedded as is (``vector_query``);
-  a few *keywords* are pulled out by rule for the keyword bonus (`bundles.apply_keyword_bonus`)
-  and the lexical channel. Hybrid is switched on for one of three reasons, checked in this
-  order (the first that applies names ``hybrid_reason``):
-
-  1. ``mixed_lang``: the query mixes Chinese and English. Only the English parts become keywords
-     (``"API 流式返回那个任务有哪些约束"`` -> ``["API"]``). English question/stop words are not
-     keywords.
-  2. ``number``: the query has numbers. The numbers, with their unit when one follows, become
-     keywords (``"40万预算那个方案后来怎么改了"`` -> ``["40万"]``).
-  3. ``short_query``: after removing question words (Chinese 哪些/什么/怎么/吗/呢/那个/有...,
-     English what/how/which/is/the...) the core query is at most `SHORT_QUERY_MAX_WORDS` words;
-     the core query itself is the keyword.
-
-  When both 1 and 2 apply the reason is ``mixed_lang`` and the keywords are the English parts
-  followed by the numbers (each kept once, in order of appearance within its group).
-
+* `preprocess_query`: seed 002 section 5.1 / 7.3. The query is embedded as is; a few keywords are
+  pulled out by rule for the keyword bonus and the lexical channel, and hybrid is switched on for
+  a mixed-language query, a query with numbers or a short one (docs/retrieval.md#query-keywords).
 * `normalize_for_keyword`: the normalisation both sides of the keyword test go through.
 * `identifiers_in`: code-like identifiers in free text, for the doc -> code bridge fallback.
 """

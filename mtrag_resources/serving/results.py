@@ -1,19 +1,11 @@
 """Typed results of the reader: `IndexReader.query` returns an `Answer`, `paths` a `PathsAnswer`,
 `status` a `Status`.
 
-Each result is a frozen dataclass whose attributes are typed (`answer.hits[0].file_path`,
-`answer.bridge[0].relation`, `answer.stale[0].reason`), and `to_dict()` gives exactly the JSON of
-`mtrag query --json` / `paths --json` / `status --json` and of the HTTP and MCP answers: the same
-keys in the same order with the same values (DESIGN.md's "Interfaces" fixes that shape). Keys the
-reader adds that a class does not name yet (a hit's `commit_sha`, say) are kept in `extra` and
-written after the named ones, so `to_dict()` never drops one.
-
-Compatibility view: every result is also a read-only `Mapping` over its `to_dict()` form, so code
-written against the plain dicts the reader used to return keeps working -
-`answer["hits"][0]["file_path"]`, `answer.get("stale")`, `set(answer)`, `{**answer}`,
-`answer | {...}` and `answer.copy()` (plain dicts), `answer == {...}`. A value read through the view is a fresh plain copy (dicts and lists): changing
-it changes nothing in the result. Serialise with `json.dumps(result.to_dict())`; the result itself
-is not a dict and `json.dumps(result)` refuses it."""
+Each result is a frozen dataclass with typed attributes, and `to_dict()` gives exactly the JSON of
+the CLI's `--json` and of the HTTP and MCP answers (DESIGN.md's "Interfaces"); keys a class does not
+name yet are kept in `extra`, so none is dropped. Each is also a read-only `Mapping` over its
+`to_dict()` form, so code written against the plain dicts the reader used to return keeps working;
+a value read through it is a fresh copy. Serialise with `json.dumps(result.to_dict())`."""
 from __future__ import annotations
 
 import dataclasses

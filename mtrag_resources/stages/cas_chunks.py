@@ -134,7 +134,7 @@ def _hold_index(path: str, key: tuple | None, files: dict) -> None:
 
 def _facts_file(layout: SourceLayout | str, key: str) -> str:
     """The facts file of `key` in the layout's facts folder (or that folder, _facts_folder's): a
-    string, as a Path built per file of every batch (1,540 at django's size) was ~10 ms of it."""
+    string, as a Path built per file of every batch adds up."""
     return f"{layout if type(layout) is str else _facts_folder(layout)}/{key}.json.gz"
 
 
@@ -146,15 +146,15 @@ def _facts_folder(layout: SourceLayout) -> str:
 # file version (_facts_key: code version, category, path, content hash, default role), so an entry never goes
 # stale; but two sources holding the same file share the key, and their facts differ (node ids and
 # source ids are the source's): the memo is per file, never per key. The graph and link stages of a
-# build (and every batch of `mtrag watch`) read every file's facts; decoding them was ~0.5 s a time
-# at django's 885 files. Read-only to the callers; bounded by entries.
+# build (and every batch of `mtrag watch`) read every file's facts, and decoding them again each
+# time was slow. Read-only to the callers; bounded by entries.
 _FACTS: "OrderedDict[str, dict]" = OrderedDict()
 FACTS_MAX_ENTRIES = 20_000
 
 
 def _read_facts(layout: SourceLayout | str, key: str) -> dict:
     """`layout`: the source's layout or its facts folder (_facts_folder)."""
-    path = name = _facts_file(layout, key)  # absolute; no resolve(): its lstat per part was 0.1 s a batch at 2,400 files
+    path = name = _facts_file(layout, key)  # absolute; no resolve(): an lstat per part, every batch
     parsed = _FACTS.get(name)
     if parsed is None:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
@@ -180,8 +180,7 @@ def load_facts(layout: SourceLayout) -> dict:
 
 
 # Graph facts as the graph stage's objects, by facts file, language and warnings (what a
-# ParsedFile holds beside the facts): building 40k nodes and relations again per watch batch was
-# ~0.1 s at django's size. Shared with the graph stage and the tables it writes: read-only.
+# ParsedFile holds beside the facts), not built again per watch batch. Shared with the graph stage and the tables it writes: read-only.
 _PARSED: "OrderedDict[tuple, ParsedFile]" = OrderedDict()
 
 
@@ -239,8 +238,8 @@ def _records(table: pa.Table, previous: list[dict] | None, previous_table: pa.Ta
              kept: set[str]) -> list[dict]:
     """table.to_pylist(), with the kept files' records taken from the previous table's (this
     process wrote or read it: `mtrag watch`) instead of decoded again. `previous_table`: the
-    previous table, None where its kept rows are not as they were. Converting django's 14.5k
-    chunk rows took 0.07-0.11 s a batch, for the one file that changed."""
+    previous table, None where its kept rows are not as they were. Converting every chunk row
+    again cost a batch far more than the one file that changed."""
     if not previous or not kept or previous_table is None or list(previous[0]) != table.schema.names:
         return table.to_pylist()
     by_file: dict[str, list[dict]] = {}
@@ -346,8 +345,7 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     generation = chunk_set_generation(rows, spec.id)
     # the serving side reads a pasted section of these docs by the same rule (index_manifest)
     update_state(layout, generation=generation, default_role=_source_role(roles))
-    # counted in the Arrow table, not over the row dicts (five passes over django's 24k rows: ~25 ms
-    # of every watch batch)
+    # counted in the Arrow table, not over the row dicts (five passes in Python, every watch batch)
     roles = column_counts(table, "role")
     meta.update({
         "chunks": len(rows),
@@ -410,7 +408,7 @@ _CHUNK_ID = itemgetter("chunk_id")
 
 def _check_unique_ids(source_id: str, rows: list[dict]) -> None:
     ids = list(map(_CHUNK_ID, rows))
-    if len(set(ids)) == len(ids):  # the usual case, in C (counting django's 14k ids: ~4 ms a batch)
+    if len(set(ids)) == len(ids):  # the usual case, in C (a Counter only when there are duplicates)
         return
     dupes = [cid for cid, n in Counter(ids).items() if n > 1]
     if dupes:

@@ -41,8 +41,8 @@ def digest_file(path: Path) -> str:
 def chunk_set_generation(chunk_rows: list[dict], source_id: str | None = None) -> str:
     """A source's generation: digest of its chunk set (ids, hashes, parents, places) plus the
     code versions of the stages that shape the stores. `source_id`: this process keeps each row's
-    part of the digest for that source's next call (a row of an unchanged file is the same dict:
-    formatting every row of django's 14k again was ~15 ms of each watch batch)."""
+    part of the digest for that source's next call (a row of an unchanged file is the same dict,
+    so it is not formatted again every watch batch)."""
     h = hashlib.sha256()
     for name in ("cas_chunks", "canonical_graph", "qdrant_collection", "fts_db", "neo4j_graph"):
         h.update(f"{name}={CODE_VERSIONS[name]};".encode())

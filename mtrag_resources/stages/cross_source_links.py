@@ -33,8 +33,8 @@ from mtrag_resources.core.versions import CODE_VERSIONS
 
 def _read_proposals(settings: Settings) -> list[dict]:
     """The bridge proposals the readers logged, each line once per version of the log: the log
-    only grows (appends by the serving readers), and parsing it again on every watch batch was
-    ~5 ms at 1.6k lines. Read-only: the dicts are shared between calls."""
+    only grows (appends by the serving readers), so it is not parsed again on every watch batch.
+    Read-only: the dicts are shared between calls."""
     path = settings.proposals_log
     try:
         st = os.stat(path)
@@ -64,8 +64,8 @@ def build_index(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolInde
 
 
 def _nodes_by_id(settings: Settings, specs: list[SourceSpec], ids: set[str] | None = None) -> dict[str, GraphNode]:
-    """Every node of the specs by id, or only those of `ids` (only they are decoded: every source's
-    nodes were ~0.4 s of a CLI build that wanted a few)."""
+    """Every node of the specs by id, or only those of `ids` (only they are decoded: a CLI build
+    wants a few, not every source's nodes)."""
     def nodes(path):
         return read_shared(path, GraphNode) if ids is None else rows_where(path, GraphNode, "node_id", ids)
     return {n.node_id: n for spec in specs for n in nodes(SourceLayout(settings, spec.id).nodes)}
@@ -74,7 +74,7 @@ def _nodes_by_id(settings: Settings, specs: list[SourceSpec], ids: set[str] | No
 # The last index built, with the resolutions made on it, kept while what it was built from is the
 # same: the sources' code entities, INHERITS relations and imports (compared by identity first:
 # read_shared gives an unchanged table's very objects). A watch batch that changed only docs then
-# resolves nothing again (django: ~0.25 s of its links stage).
+# resolves nothing again.
 _INDEX_MEMO: list = []
 _INDEX_MEMO_LOCK = threading.Lock()
 # What the last compute_links made of each docs file's references, for its sources (resolve_links'
@@ -99,7 +99,7 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
     """(index, memo of its resolutions, their read tokens or None) of the specs' graph tables. A
     new index (a code source changed) keeps the last one's resolutions whose read tokens name no
     entry that changed (doc_links.changed_reads): a watch batch that appended a function to
-    django resolved ~22k distinct references again, ~0.1 s, for a handful that could differ.
+    a large source resolved every distinct reference again for a handful that could differ.
     Tokens are recorded only in a process that keeps resolutions (keep_link_resolutions)."""
     inputs = _index_inputs(settings, specs)
     with _INDEX_MEMO_LOCK:
@@ -132,7 +132,7 @@ def _bases_of(inputs: list[tuple]) -> dict:
     index = SymbolIndex()
     entities: dict[str, GraphNode] = {}
     for _sid, nodes, inherits, _imports in inputs:
-        entities.update(zip(map(_NODE_ID, nodes), nodes))  # in C: django's 12k nodes, ~12 ms as a generator
+        entities.update(zip(map(_NODE_ID, nodes), nodes))  # in C, not a generator
         index.add_relations(entities, inherits)
     return index.bases
 
@@ -259,7 +259,7 @@ def _chunk_evidence(settings: Settings, specs: list[SourceSpec]) -> tuple[dict[s
     chunk_hash: dict[str, str] = {}
     chunk_ids: set[str] = set()
     for spec in specs:
-        # two columns: another source's whole chunk table decoded was ~0.25 s of a CLI build
+        # two columns, not another source's whole chunk table decoded
         chunks = column_values(SourceLayout(settings, spec.id).chunks, ["chunk_id", "content_hash"])
         chunk_hash.update(zip(chunks["chunk_id"], chunks["content_hash"]))
         chunk_ids.update(chunks["chunk_id"])
@@ -376,8 +376,7 @@ def prepare_links(settings: Settings, specs: list[SourceSpec]) -> bool:
     """Resolve `specs`' links now, for the links stage to take if nothing it reads changes before
     it runs. The fast lane calls this once the sources' graphs are written, while their stores
     are (they wait mostly on the Neo4j server and SQLite): the resolution leaves the batch's
-    critical path. Django, one function appended, alternating in one process: batches 1.18 ->
-    1.05 s and 1.05 -> 0.89 s (the store stages take longer beside it, the batch less). Only in a
+    critical path (docs/performance.md#stages). Only in a
     process that keeps resolutions (the watch); returns whether it prepared."""
     if not _KEEP_RESOLUTIONS:
         return False
@@ -450,8 +449,8 @@ _REL_ID = attrgetter("rel_id")
 
 def links_generation(links: list[GraphRelation]) -> str:
     """The links' generation: a digest of every link's id (its type and ends), confidence and
-    evidence. Joined strings rather than JSON: the stage runs on every watch batch, and encoding
-    django's ~8k links as JSON was ~7 ms of it."""
+    evidence. Joined strings rather than JSON: the stage runs on every watch batch, and JSON is
+    the slower encoding."""
     text = "\n".join(f"{l.rel_id}\0{l.confidence}\0{l.evidence_hash}" for l in links)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

@@ -34,8 +34,8 @@ def build_fts_db(settings: Settings, spec: SourceSpec) -> StageResult:
         endpoints = [a for a in _endpoint_aliases(layout) if a[2] in chunk_ids]
         issues = issue_aliases(rows)  # an issues source's keys (`#12`, `owner/repo#12`, `PROJ-12`)
         # The chunk-set generation digests every row's id, content hash and place (and this stage's
-        # code version): what the store holds besides is the endpoints' and issues' aliases. A digest
-        # of every row again was ~40 ms of each watch batch at django's size.
+        # code version): what the store holds besides is the endpoints' and issues' aliases, so no
+        # digest of every row again each watch batch.
         input_sha = digest_json([["generation", generation]]
                                 + ([["endpoints", endpoints]] if endpoints else [])
                                 + ([["issues", issues, [r.get("state") for r in rows]]] if issues else []))

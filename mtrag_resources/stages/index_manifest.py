@@ -97,7 +97,7 @@ def golden_figures(verdict: Verdict) -> dict:
 
 def _role_counts(chunks: Path) -> dict:
     """{role: chunks} of a source's chunk table, from its `role` column alone: a CLI publish decoded
-    every column of each source it did not build for these three counts (django's docs: ~0.1 s)."""
+    every column of each source it did not build for these three counts."""
     try:
         return value_counts(chunks, "role")
     except FileNotFoundError:  # no chunk table: no chunks (the checks have said what that means)

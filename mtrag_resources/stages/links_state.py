@@ -1,21 +1,10 @@
 """What a one-shot links stage (`mtrag build`) reuses of the last one, so that a change to a few
 docs files resolves those files' references, not every source's.
 
-Two small JSON files hold it:
-- each source's graph inputs (`graph/<source>/inputs.json`, written by canonical_graph after its
-  tables): the digests of the tables it wrote, each file's facts key (cas_chunks: code version,
-  category, path, content hash: a file's references and chunk hashes follow from it) and whether
-  the source feeds the links' symbol index at all (code entities, INHERITS edges, imports; a
-  docs source does not);
-- the links state (`links/state.json`, written after the links table): the symbol index's key,
-  the links table's digest, the rel_ids the bridge proposals added, and per source and file the
-  facts key its references were resolved from, their count and how many stayed unresolved.
-
-A links stage may reuse the links of a file only where both still describe what is on disk: the
-graph tables' digests are those recorded beside them, the links table is the one the state
-describes, and the index's inputs are the same (a changed code entity may change any resolution,
-so any change to a source that feeds the index resolves everything again). Anything else, a
-missing or torn file included, is the full resolution, which writes a new state."""
+Two small JSON files hold it (each source's `graph/<source>/inputs.json` and `links/state.json`); a
+links stage reuses a file's links only where both still describe what is on disk, and anything
+else, a missing or torn file included, is the full resolution, which writes a new state. Details:
+docs/incremental.md#the-links-state."""
 from __future__ import annotations
 
 import json

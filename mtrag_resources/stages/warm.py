@@ -4,9 +4,8 @@ batch costs what the later ones do: every watched source's graph facts, decoded 
 for write_rows_changed's merge (stores/tables.py), the code graph's last resolution
 (ingest/code_graph.py: its edges and their ids, and from now on what each call read, so that the
 next resolution reuses the calls whose reads still hold; the links stage's references likewise),
-and DuckDB for the stores' table diffs. Measured
-on the bench corpus: the first batch took 1.15 s against 0.62 s for the next ones, and its
-save-to-visible latency was the p95 of ten edits."""
+and DuckDB for the stores' table diffs. Without it the first batch took nearly twice as long as
+the next ones (docs/performance.md#stages)."""
 from __future__ import annotations
 
 from operator import attrgetter
@@ -36,13 +35,13 @@ def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[Sour
         parsed = load_parsed_files(layout)
         loaded += len(parsed) + len(load_facts(layout))
         if table_exists(layout.chunks):
-            # the chunk stage filters the table it holds for the unchanged files' rows (django: 0.1 s
-            # of a first batch); the rows below are decoded from the same read
+            # the chunk stage filters the table it holds for the unchanged files' rows; the rows
+            # below are decoded from the same read
             hold_table(layout.chunks, read_table(layout.chunks))
         chunks = read_shared(layout.chunks)
         loaded += len(chunks)
         if chunks:
-            chunk_set_generation(chunks, sid)  # each row's line digested once (0.05 s)
+            chunk_set_generation(chunks, sid)  # each row's line digested once, here
         for path, row_type in ((layout.nodes, GraphNode), (layout.relations, GraphRelation),
                                (layout.references, DocReference)):
             loaded += len(read_shared(path, row_type))
@@ -50,19 +49,19 @@ def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[Sour
             hold_arrow(path)
         if sid in by_id and table_exists(layout.nodes):
             # The first batch would resolve every call, base and import with no edge to reuse, and
-            # hash every edge's id (django: ~0.3 s more than the batches after it).
+            # hash every edge's id.
             nodes, relations, _references = assemble_graph(by_id[sid], parsed)
             # The tables' rows become the ones the first batch assembles again for every unchanged
             # file (the same objects), so its graph write and the links' index compare them by
-            # identity, not field by field (django: ~0.2 s and ~0.1 s of a first batch).
+            # identity, not field by field.
             adopt_rows(layout.nodes, sorted(nodes, key=attrgetter("node_id")), GraphNode)
             adopt_rows(layout.relations, sorted(relations, key=attrgetter("rel_id")), GraphRelation)
     if specs:
         # The first links stage would resolve every reference with no memo to keep them from
-        # (django, the first build of a build server: 1.5 s of links against ~0.3 s after it)
+        # (the first build of a build server would pay for every reference)
         publishable = publishable_sources(settings, specs)
         if all(table_exists(SourceLayout(settings, s.id).references) for s in publishable):
             compute_links(settings, publishable)
-    import duckdb  # noqa: F401 - the table diffs' engine: ~0.1 s to import, once
-    import numpy.ma  # noqa: F401 - pyarrow's take of a NumPy index (a bucket's rows) imports it: ~20 ms, once
+    import duckdb  # noqa: F401 - the table diffs' engine: imported here, once
+    import numpy.ma  # noqa: F401 - pyarrow's take of a NumPy index (a bucket's rows) imports it, once
     return loaded

@@ -106,7 +106,7 @@ def read(path: Path, columns: list[str] | None = None, filters=None,
                 return table if columns is None else table.select(columns)
         files = [str(f) for f in part_files(path, manifest)]
         try:
-            # one dataset read of the listed parts (a read per part cost ~1 ms each in fixed overhead)
+            # one dataset read of the listed parts: a read per part pays a fixed overhead each
             table = pq.read_table(files if len(files) > 1 else files[0], columns=wanted, filters=filters)
         except OSError as exc:  # a concurrent write removed a part of the version read
             last_error = exc
@@ -162,7 +162,7 @@ def write(path: Path, table: pa.Table, bucketing: Bucketing, changed_keys: Itera
 
 def _rows_by_bucket(column: pa.ChunkedArray, buckets: int) -> dict[int, np.ndarray]:
     """The row numbers of each bucket, in row order. The bucket of each distinct value, not of each
-    row: django's graph has 70k rows from ~900 files (a crc32 per row was ~15 ms a watch batch)."""
+    row: a graph has many rows per file (see docs/performance.md#tables)."""
     if not pa.types.is_string(column.type):
         by_bucket: dict[int, list[int]] = {}
         for i, value in enumerate(column.to_pylist()):
@@ -211,7 +211,7 @@ def link_version(src: Path, dst: Path) -> None:
     manifest_path(dst).unlink(missing_ok=True)
     names = set(manifest["parts"].values())
     # one listing, not a stat per part: a store stage saves its snapshot beside other stages' threads,
-    # and each syscall waits for the GIL again (django: 4 snapshots a watch batch, ~40 ms of waits)
+    # and each syscall waits for the GIL again
     present = set(os.listdir(dst))
     for name in names - present:
         _link_or_copy(src / name, dst / name)

@@ -51,6 +51,6 @@ class ContentStore:
         return self.get_bytes(digest_or_uri).decode("utf-8", errors="replace")
 
     def has(self, digest: str) -> bool:
-        # a string path: the raw stage asks for every file of a source each batch (1,540 Paths
-        # built at django's size were ~6 ms of it)
+        # a string path: the raw stage asks for every file of a source each batch, and a Path
+        # built per file adds up
         return os.path.exists(f"{self._blobs}/{digest[:2]}/{digest[2:4]}/{digest}")

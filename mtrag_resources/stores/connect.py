@@ -12,7 +12,7 @@ from pathlib import Path
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.processes import alive
 
-# Embedded Qdrant reads every point into memory when it opens (about 0.5 s per 3k points), and a
+# Embedded Qdrant reads every point into memory when it opens, and a
 # one-source build opened it eight times (its write, five checks, the gate, the snapshot). Inside
 # `shared_qdrant` every `open_qdrant` of the thread gets the same open store.
 _shared = threading.local()
@@ -52,8 +52,8 @@ def open_qdrant(settings: Settings, path=None):
 
 
 # Stores a `shared_qdrant(keep_open=True)` block left open for the next one (`mtrag watch`: one open
-# for many batches instead of one per batch; opening Edge and closing it again was ~0.05-0.1 s of a
-# 0.6 s batch on the bench corpus, 0.10-0.13 s on django), by folder, with when they were parked.
+# for many batches instead of one per batch: opening Edge is a large share of a small batch,
+# see docs/performance.md#qdrant), by folder, with when they were parked.
 # They hold the folder's writer lock: the watch closes one as soon as another process asks for the
 # lock (its waiting FolderLock touches a request file beside it), or once idle for long
 # (close_parked_qdrant).
@@ -145,7 +145,7 @@ def open_neo4j(settings: Settings, **driver_config):
             store = _DRIVERS[key] = Neo4jStore(uri, user, password)
         # The indexes the writes' hints need are checked once per server process (a restarted
         # local server may hold another database), not per batch: `SHOW INDEXES` beside a busy
-        # batch was a 20-80 ms round trip on the critical path, twice a batch.
+        # batch is a round trip on the critical path, twice a batch.
         server = running_pid(settings)
         if _SCHEMA_CHECKED.get(key, "unchecked") != server:
             store._schema_ok = False
@@ -204,8 +204,8 @@ def open_published_qdrant(settings: Settings, snapshot: str | None, adopted: dic
     parent.mkdir(exist_ok=True)
     version = Path(snapshot).resolve().name
     # A one-shot `mtrag query` exits without closing: the next reader of the same version takes its
-    # folder over (django: linking a new folder while the old one was removed in the background
-    # was 0.3-0.6 s of a ~1.1 s CLI query). A reader that serves adopted shards links only the
+    # folder over (linking a new folder while the old one is removed in the background was a
+    # third or more of a CLI query, see docs/performance.md#qdrant). A reader that serves adopted shards links only the
     # other collections, so it neither takes nor leaves a whole folder.
     private = None if adopted else _claim_idle_reader(parent, version)
     # Other dead readers' folders go in the background; a cleanup cut short by this process's exit

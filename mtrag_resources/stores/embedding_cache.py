@@ -176,8 +176,7 @@ class EmbeddingCache:
         """Merge the small shards into one once there are `max_small` of them; None when there are
         fewer, or another process is merging. Every small change writes a shard of a few vectors
         (a watch batch, a one-file build), and every fresh process reads each shard's hashes and
-        every lookup opens each file: 359 shards on the bench corpus after a day of edits took
-        ~0.2 s of each `mtrag build`. A merged shard under `small_bytes` is merged again with later
+        every lookup opens each file (see docs/performance.md#embedding). A merged shard under `small_bytes` is merged again with later
         ones, so a vector is rewritten a few times at most and the large shards never."""
         def small(shards: list[Path]) -> list[Path]:
             found = []
@@ -262,7 +261,7 @@ _PRESENT_LOCK = threading.Lock()
 
 # The vectors this process added lately, per fingerprint folder (a hash's vector never changes):
 # the Qdrant stage right after the embedding stage wants exactly those (a watch batch's new
-# chunks), and a DuckDB scan of every shard for them was ~0.1-0.3 s of a batch on Django.
+# chunks), and a DuckDB scan of every shard for them costs a batch far more than a dict.
 RECENT_MAX = 4096
 _RECENT: dict[str, OrderedDict] = {}
 _RECENT_LOCK = threading.Lock()

@@ -1,47 +1,7 @@
 """Pure helpers for the FTS store: CJK pre-segmentation, the MATCH-expression builder and the
-alias normaliser. No SQLite here; `fts_store.py` is the only module that builds SQL.
-
-Tokenization (one function for documents and queries, so both sides agree)
--------------------------------------------------------------------------
-* A *CJK run* is a maximal run of Han (incl. extension A/B+ and compatibility ideographs), kana
-  and Hangul syllables. Every other run of letters/digits/underscore is a *word*.
-* The `fts_cjk` index (tokenizer `unicode61`) stores, per column, the string produced by
-  `segment_for_index`: every CJK run becomes its overlapping character bigrams, followed by the
-  run's last character as a single-character token (so a 1-char run is just that char, and any
-  single character of a run is reachable as either "the first char of a bigram" or "the last
-  char of the run"); each word run is case-folded and split on `_` (unicode61 splits there too).
-  Deterministic character bigrams were chosen over jieba words: no dictionary load, no
-  segmentation ambiguity between index and query, and `税率` / `内存` / `鉴权中间件` match as
-  substrings of longer runs.
-* Code rows: `fts_cjk` also stores, after each column's segments, `case_words_for_index` (the
-  words of its camelCase/acronym identifiers: `getTerminalSize` -> get terminal size), so a
-  query "terminal size" finds `getTerminalSize` as it finds `get_terminal_size`. Queries are
-  not split: the identifier's own pieces are indexed where they were.
-* The `fts_trigram` index stores the raw text (tokenizer `trigram`, case-insensitive), which
-  answers substring queries of >= 3 characters: `lookup_ra`, `ShopCart`, `make_pass`, `鉴权中间件`.
-
-MATCH semantics (see `QueryPlan`)
----------------------------------
-User text never reaches MATCH syntax: it is cut into tokens (runs of letters/digits/underscore,
-CJK runs separately; distinct case-insensitively), and every token is emitted as an FTS5 string
-literal (`"..."`, `"` doubled);
-`AND`, `OR`, `NEAR`, `*`, `^`, `:`, `-`, parentheses, quotes and braces in the query are either
-separators or literal word characters, never operators. Two stages:
-
-1. **all** (strict): every token must occur. In `fts_trigram` each token of >= 3 characters is a
-   substring phrase, ANDed; tokens shorter than 3 characters (trigram cannot see them) are
-   required through `fts_cjk` as whole words / bigram phrases (a rowid filter). In `fts_cjk` every
-   token is required as a word, a word phrase (`lookup_rate` -> "lookup rate") or a bigram phrase
-   (`鉴权中间件` -> "鉴权 权中 中间 间件"). So `alpha OR gamma` means "contains alpha, the word or,
-   and gamma".
-2. **any** (fallback, only when stage 1 found nothing in either index): the same pieces ORed,
-   with CJK runs broken into their individual bigrams, so bm25 ranks by coverage. This gives
-   natural-language and long Chinese queries (`如何计算税率`) recall without invented ranks.
-
-At most `MAX_TOKENS` distinct tokens and `MAX_PIECES` pieces per expression are used; the rest of a
-very long query is ignored.
-
-Alias normalisation: see `normalize_alias`.
+alias normaliser. No SQLite here; `fts_store.py` is the only module that builds SQL. One
+tokenizer serves documents and queries, so both sides agree; user text never reaches MATCH syntax.
+The tokenization and the two MATCH stages: docs/retrieval.md#lexical-search-tokens-and-match.
 """
 from __future__ import annotations
 
@@ -472,8 +432,8 @@ def _entry_rank(fp: str) -> tuple:
 
 def entry_alias(rows: list[dict], source_id: str) -> tuple[str, str, str] | None:
     """source_alias(file_anchors(rows), source_id), or None without a file: the entry file is
-    chosen among the paths first and only its rows are ranked (ranking every row of django's 14k
-    for one alias was ~14 ms of each FTS delta)."""
+    chosen among the paths first and only its rows are ranked (ranking every row of a large
+    source for one alias slowed each FTS delta)."""
     files = {r.get("file_path") or "" for r in rows}
     files.discard("")
     if not files:

@@ -1,33 +1,8 @@
 """The SQLite FTS5 store: lexical and identifier search, exact aliases, parent rows for hydration.
 
-This is the only module that builds SQL against the FTS database.
-
-Schema (created when missing; `PRAGMA user_version` = SCHEMA_VERSION)
-----------------------------------------------------------------------
-* `chunks`: children and parents. `rid INTEGER PRIMARY KEY` is the rowid the FTS tables use;
-  `chunk_id` is UNIQUE NOT NULL (the logical primary key). `graph_ids` is JSON; `extra` is JSON
-  holding any other keys a row dict carried (cas_uri, repository, commit, ...).
-* `fts_trigram`: FTS5 (title, summary, text, symbol), `tokenize='trigram'`, external content
-  over the view `child_chunks` (child rows only), `content_rowid='rid'`. Rows are removed with
-  the FTS5 'delete' command fed from `chunks` itself, before the chunk rows go, so the index can
-  never disagree with its content (`integrity-check` passes).
-* `fts_cjk`: FTS5 (title, summary, text, symbol), `tokenize='unicode61'`, over the same child
-  rowids, storing `fts_query.segment_for_index` of each column (CJK bigrams + words); for code
-  rows (`source_kind = 'code'`) followed by `fts_query.case_words_for_index` (the words of
-  camelCase identifiers: `getTerminalSize` -> get terminal size).
-* `exact_aliases` (alias_norm, alias, alias_kind, chunk_id, source_id), indexed on alias_norm.
-* `markers` (source_id, generation, state, updated_at), `meta` (source_id, generation,
-  input_sha256, child_rows, parent_rows, alias_rows, updated_at).
-
-Concurrency: WAL journal, `busy_timeout` on every connection, `synchronous=NORMAL`. A write is
-marker `begin` (own transaction) + ONE transaction that replaces every row of the source (rows
-identical to the stored ones keep their rowid and FTS entries; all others are deleted and
-inserted) and sets meta and the marker to `committed`; readers run each call inside one read transaction, so they
-see a source either before or after a write, never half of it, and never wait on the writer.
-
-Search: see `fts_query` for tokenization and MATCH semantics. bm25 weights per column:
-title 4, symbol 4, summary 2, text 1 (`fts_query.BM25_WEIGHTS`); a hit's `score` is -bm25
-(higher is better); hits of both indexes are merged by chunk_id keeping the best score.
+This is the only module that builds SQL against the FTS database. A write replaces a source's rows
+in one transaction, so readers see a source before or after it, never half of it. The schema and
+the concurrency rules: docs/retrieval.md#the-fts-database.
 """
 from __future__ import annotations
 
@@ -351,7 +326,7 @@ class FtsStore:
             conn.execute("DELETE FROM temp.mtrag_drop_ids")
             conn.executemany("INSERT OR IGNORE INTO temp.mtrag_drop_ids(chunk_id) VALUES (?)", [(c,) for c in drop])
             # Rows and aliases are found by chunk_id's index (`+source_id`: not by the source's
-            # index, which visited every row of the source: ~50 ms a django watch batch), once.
+            # index, which visits every row of the source), once.
             self._delete_staged(conn, lambda: conn.execute(
                 "INSERT INTO temp.mtrag_drop(rid) SELECT rid FROM chunks WHERE chunk_id IN "
                 "(SELECT chunk_id FROM temp.mtrag_drop_ids) AND +source_id = ?", (source_id,)))
@@ -604,9 +579,8 @@ class FtsStore:
         """The OR of the `terms` that bm25 weighs, where it leaves some out; else None. FTS5's bm25
         gives a phrase found in half of the table's rows or more the idf 1e-6 (log((N - n + 0.5) /
         (n + 0.5)) <= 0, floored), so it moves no row's score by more than ~1e-5, yet ranking every
-        row that holds one was most of a question's lexical search: "the" and "return" are in 13k
-        and 8k of django's 21k rows, and "what does the test client return" ranked 17k rows (52 ms)
-        where its other words are in 4k. The caller falls back to the whole OR when fewer than k rows
+        row that holds one was most of a question's lexical search (see
+        docs/performance.md#fts). The caller falls back to the whole OR when fewer than k rows
         match the rest (the common words' rows fill the tail)."""
         if len(terms) < 2:
             return None
@@ -637,8 +611,8 @@ class FtsStore:
     def _top_matches(cls, conn, table: str, expr: str, k: int) -> list[dict] | None:
         """The k best matches of an unfiltered search (by score, then chunk id, as _matches ranks),
         ranked in the FTS table alone and joined to their chunk rows after: a question of common
-        words matches most rows ("any" stage: django, 17k of 21k), and joining each match only to
-        sort it was ~40% of the query (62 -> 37 ms). None where the window cannot tell (a score
+        words matches most rows, and joining each match only to sort it was a large share of the
+        query (see docs/performance.md#fts). None where the window cannot tell (a score
         tied across its end, a match without its chunk row): the caller runs _matches."""
         window = conn.execute(f"SELECT rowid AS rid, -bm25({table}, {_W}) AS score FROM {table} "
                               f"WHERE {table} MATCH ? ORDER BY score DESC LIMIT ?",
@@ -663,7 +637,7 @@ class FtsStore:
         args: list[Any] = [expr]
         if filt:
             # `+c.rid`, not `{table}.rowid`: SQLite would push the list into the FTS scan as one
-            # rowid lookup per short-token match (a 1-letter token matches most rows: ~1 s).
+            # rowid lookup per short-token match, and a 1-letter token matches most rows.
             sql.append("AND +c.rid IN (SELECT rowid FROM fts_cjk WHERE fts_cjk MATCH ?)")
             args.append(filt)
         if source_kind:
@@ -800,7 +774,7 @@ class FtsStore:
                 "alias_rows": conn.execute("SELECT count(*) FROM exact_aliases WHERE source_id = ?",
                                            (source_id,)).fetchone()[0],
                 # FTS5's docsize shadow table has one row per indexed row: a join on it reads a
-                # plain table (1 ms at django's 12k children; through fts_cjk's rowids, 20 ms)
+                # plain table, far cheaper than going through fts_cjk's rowids
                 "fts_cjk_rows": conn.execute(
                     "SELECT count(*) FROM chunks c JOIN fts_cjk_docsize d ON d.id = c.rid "
                     "WHERE c.source_id = ? AND c.role = 'child'", (source_id,)).fetchone()[0],

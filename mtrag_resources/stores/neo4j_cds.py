@@ -1,18 +1,15 @@
 """Class-data sharing for the local Neo4j server: its JVM maps an archive of Neo4j's classes already
-parsed, verified and laid out instead of loading ~16k classes from 213 jars. Measured on this
-project's 2-core machine (bench/neo4j_boot.py): Bolt answers after ~4.1 s instead of ~6.1 s, on
-~7 CPU-s instead of ~10.7, which a build pays while it embeds on both cores.
+parsed, verified and laid out instead of loading them from the jars, so Bolt answers sooner on less
+CPU, which a build pays while it embeds (see docs/performance.md#neo4j).
 
 The archive is made once per Java runtime, jar set and class list (any heap size maps it) by
 `java -Xshare:dump`, from the class list shipped beside this module
 (`data/neo4j-<version>.classlist.gz`: the classes a server loads to boot, take the demo's writes
 and answer its queries; `scripts/neo4j_classlist.py` records it again for another Neo4j version).
-The dump takes ~36 s, ~30 CPU-s and ~0.7 GB, so the first launch without an archive starts it in
-a detached, niced process and boots without it, as every launch does until the archive is
-complete (it is written beside its final name, then renamed). A JVM that cannot map an archive (a
-truncated or foreign file) boots without it (-Xshare:auto). A dump that fails leaves
-`<key>.failed` with its log and is not tried again for that key. MTRAG_NEO4J_CDS=off: no archive
-made or used.
+The dump is slow, so the first launch without an archive starts it in a detached, niced process
+and boots without it until the archive is complete (written beside its final name, then renamed).
+A JVM that cannot map an archive boots without it (-Xshare:auto); a failed dump leaves
+`<key>.failed` with its log. MTRAG_NEO4J_CDS=off: no archive made or used.
 """
 from __future__ import annotations
 

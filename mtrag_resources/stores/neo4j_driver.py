@@ -2,7 +2,7 @@
 loaded yet.
 
 The driver imports pandas only to offer `Result.to_df` and pandas values as query parameters, which
-mtrag never uses; that import was 0.32 s of a 1.3 s `mtrag query` on the django bench home, and a
+mtrag never uses; that import was a quarter of a CLI query (docs/performance.md#neo4j), and a
 reader imports nothing else of pandas. A process that loaded pandas first (a build's metadata
 tables) keeps the driver's support; one that loads it later has pandas, only not in the driver."""
 from __future__ import annotations

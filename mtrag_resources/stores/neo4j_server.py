@@ -1,29 +1,9 @@
 """A local Neo4j Community server without Docker or a distribution tarball.
 
-The jars of `org.neo4j:neo4j` (plus its transitive runtime dependencies) are resolved ONCE from
-Maven Central with `mvn dependency:copy-dependencies` into a cache outside the repository
-(`$MTRAG_NEO4J_CACHE`, default `~/.cache/mtrag/neo4j-<version>/lib/*.jar`, completed by a marker
-file); later starts never run Maven. The server runs `org.neo4j.server.CommunityEntryPoint` in
-console mode, detached, with its home under `settings.neo4j_dir`:
-
-    conf/neo4j.conf   data/   logs/ (console.log, neo4j.log, debug.log)   run/neo4j.pid   run/bolt.uri
-
-Bolt listens on 127.0.0.1 only, HTTP/HTTPS are off, auth is off, usage reporting is off.
-
-`neo4j_connection(settings)` is what the rest of the project calls: `NEO4J_URI` (+ `NEO4J_USER`,
-`NEO4J_PASSWORD`) when set, else the local server's Bolt URI.
-
-Environment knobs: MTRAG_JAVA (java binary), JAVA_HOME, MTRAG_MVN (maven binary),
-MTRAG_NEO4J_VERSION, MTRAG_NEO4J_CACHE, MTRAG_NEO4J_HEAP (default 1g: a first write of django's graph,
-bench/neo4j_projection.py --fresh, 7.7-8.5k rels/s against 5.8-6.3k with 512m, where the collector
-ran most of the time; 2g was no faster), MTRAG_NEO4J_PAGECACHE (default 64m: 256m was no faster
-there), MTRAG_NEO4J_BOLT_PORT,
-MTRAG_NEO4J_JIT (`tiered`, the default: the JVM's two JIT compilers; `c1`: the quick one only. `c1`
-suits a short-lived server and `tiered` a long-lived one; on 2 cores, Dec 2026: a fresh-home full
-build of bench/build.py's corpus 69.6 s vs 72.7 s, its Neo4j using 14.5 vs 25.9 CPU-s
-(bench/full_build_ab.py, 2 rounds alternating); Django's graph on a fresh server
-(bench/neo4j_projection.py --source-sdist django==5.2.19 --fresh) first write on the cold JVM 5.1k vs
-3.8k rels/s, but once warm 6.4-7.2k vs 8.2-10.6k, and a one-file change 2.0 s vs 1.4-1.6 s).
+Its jars are resolved once from Maven Central into a cache outside the repository; later starts
+never run Maven. `neo4j_connection(settings)` is what the rest of the project calls: `NEO4J_URI`
+when set, else the local server's Bolt URI. Layout, environment knobs and why their defaults:
+docs/configuration.md#the-local-neo4j (figures: docs/performance.md#neo4j).
 """
 from __future__ import annotations
 
@@ -472,7 +452,7 @@ _BOOTING_LOCK = threading.Lock()
 def launch_local_server(settings: Settings) -> None:
     """Boot the local server in the background unless NEO4J_URI names one or it runs already; the
     first neo4j_connection of this process then waits for it (a fresh home's build chunks and embeds
-    its first source meanwhile, instead of waiting ~10-20 s for the JVM first)."""
+    its first source meanwhile, instead of waiting for the JVM first)."""
     if settings.neo4j_connection:
         return
     server = Neo4jServer(settings)
@@ -484,9 +464,9 @@ def launch_local_server(settings: Settings) -> None:
 
 # Per home, the local server this process last found running: (its pid file's identity, pid, Bolt
 # URI). While the same pid file names a live process, a connection takes the URI without reading
-# the process's command line again (its state alone): a long-lived process (the watch) opens Neo4j six
-# times a batch, and each of the ~10 reads, in a thread beside a busy one, waited up to 5 ms for the
-# GIL (django: ~45 ms a batch, ~2.5 ms of it CPU). A restart writes a new pid file; a stop removes it.
+# the process's command line again (its state alone): a long-lived process (the watch) opens Neo4j
+# several times a batch, and each read, in a thread beside a busy one, waits for the GIL.
+# A restart writes a new pid file; a stop removes it.
 _RUNNING: dict[str, tuple[tuple, int, str]] = {}
 _RUNNING_LOCK = threading.Lock()
 

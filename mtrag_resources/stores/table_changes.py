@@ -1,19 +1,10 @@
 """A table's change log: what the stage that wrote a table changed in it, beside the table, so that
 the store stages read the difference instead of comparing the whole old and new tables.
 
-The producer knows what it changed (cas_chunks re-parsed a few files; canonical_graph compares its
-new rows with the ones it wrote last), so it writes `<table>.changes.parquet` after the table: the
-rows whose primary key is new or whose values changed ("new"), their previous values ("before")
-and the rows whose key is gone ("removed"), with the file identities (inode, size, mtime) of the
-table it replaced and of the one it wrote. A store stage holds a hard link of the table it last
-projected (stores/table_delta.ProjectedTables), which has the replaced table's identity; where
-both identities match, the log is exactly the difference between those two versions, and reading
-it costs what changed. Anything else (no log, a log of another pair of versions, a producer that
-stopped between the table and its log, a snapshot that is a copy) leaves the comparison of the two
-whole tables to the caller (table_delta.diff_tables).
-
-Measured at django's size (24k chunks, 31.6k relations), each whole-table comparison took 0.1-0.35
-s, and one watch batch made five of them."""
+The producer knows what it changed, so it writes `<table>.changes.parquet` after the table, with the
+identities of the table it replaced and of the one it wrote; where those match what a store stage
+last projected, the log is exactly the difference, and anything else leaves the whole-table
+comparison to the caller (docs/incremental.md#nothing-decoded-twice-nothing-compared-twice)."""
 from __future__ import annotations
 
 import json

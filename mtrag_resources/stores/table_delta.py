@@ -70,7 +70,7 @@ class ProjectedTables:
                 shutil.rmtree(self.folder / name)
             bucketed.link_replace(src, self.folder / f"{name}.parquet")
         # the column names too: base_for compares them with the new tables' without reading every
-        # snapshot's footers again (a new snapshot each watch batch; ~30 ms of one at django's size)
+        # snapshot's footers again (a new snapshot each watch batch)
         columns = {name: column_names(src) for name, src in tables.items()}
         write_text_atomic(self.folder / STATE_FILE, json.dumps(
             {"generation": generation, "tables": sorted(tables), "extra": extra or {}, "columns": columns},

@@ -94,9 +94,8 @@ def _dataclass_columns(rows: list) -> tuple[dict[str, list] | None, bool]:
     names = [f.name for f in dataclasses.fields(kind)]
     if list(vars(rows[0])) != names or set(map(type, rows)) != {kind}:
         return None, False
-    # One attrgetter call per row and zip's transpose, both in C: a getattr per value in Python
-    # took 0.18-0.21 s for django's 31.5k graph relations in a watch batch (objects scattered over
-    # the memos' heap), this 0.11 s
+    # One attrgetter call per row and zip's transpose, both in C: about half the time of a getattr
+    # per value in Python (objects scattered over the memos' heap)
     if len(names) == 1:
         transposed = [list(map(operator.attrgetter(names[0]), rows))]
     else:
@@ -162,8 +161,7 @@ def read_table(path: Path, columns: list[str] | None = None, filters=None,
 
 
 # Schemas by file identity: the store stages compare the columns of each table they diff with its
-# projected snapshot's (table_delta.same_columns), each a file footer read (~60 ms of a django watch
-# batch in the Qdrant stage alone). A new version of a table is a new identity.
+# projected snapshot's (table_delta.same_columns), each a file footer read. A new version of a table is a new identity.
 _SCHEMAS: dict[tuple, pa.Schema] = {}
 _SCHEMAS_MAX = 512
 
@@ -217,8 +215,8 @@ def commit_file(path: Path) -> Path:
 # Decoded tables by file identity (path, inode, mtime, size) and form (None: records; a dataclass:
 # its instances, read_shared): every write replaces the file (a new inode; this process also
 # forgets the path when it writes it), so an entry is not stale. The stages and checks of one build
-# (and every batch of `mtrag watch`) read the same chunk table up to eight times; decoding it was
-# ~0.1 s a time at 14k rows. Bounded by rows, so that a build's memory does not grow with every
+# (and every batch of `mtrag watch`) read the same chunk table up to eight times, and decoding it
+# is not cheap. Bounded by rows, so that a build's memory does not grow with every
 # table it touched.
 _DECODED: "OrderedDict[tuple, list]" = OrderedDict()
 _DECODED_LOCK = threading.Lock()
@@ -301,8 +299,7 @@ def row_count(path: Path) -> int:
 def value_counts(path: Path, column: str) -> dict:
     """{value: rows} of one column of the table, in the order values first occur: from the Arrow
     table this process merged into the file last (write_rows_changed) where it holds it, else the
-    file's column alone. What Counter over the rows gives, without a Python object per row (django's
-    graph metadata: ~40 ms a watch batch over 45k rows)."""
+    file's column alone. What Counter over the rows gives, without a Python object per row."""
     return column_counts(held_table(path, [column]), column)
 
 
@@ -311,8 +308,8 @@ def held_table(path: Path, columns: list[str] | None = None, filters: list[tuple
     current version (write_rows_changed's merge, hold_table, hold_arrow) where it holds one, else
     from the file. `filters`: (column, "=" or "in", value) conjunctions, as read_table takes them.
     The store stages read a few columns or rows of a table the graph or chunk stage just wrote
-    (neo4j_graph's totals and changed edges, fts_db's endpoints, qdrant_collection's counts): each
-    read of django's bucketed tables was 30-75 ms of a watch batch."""
+    (neo4j_graph's totals and changed edges, fts_db's endpoints, qdrant_collection's counts), and
+    reading them again from disk was a real share of a watch batch."""
     path = Path(path)
     key = _identity(path)  # its first field is the table's resolved name, the key of what is held
     held = _ARROW.get(key[0]) if key is not None else None
@@ -365,8 +362,7 @@ def truthy_count(table: pa.Table, column: str) -> int:
 def read_shared(path: Path, row_type: type[T] | None = None) -> list:
     """The table's rows as read_rows gives them, but shared with this process's other readers
     (and with the writer that wrote them, for write_rows' own instances): read them, never change
-    them. For the stages and checks that only look: copying or building 40k rows again per reader
-    was ~0.1 s each at django's size."""
+    them. For the stages and checks that only look, so no reader copies or builds the rows again."""
     return _decoded(Path(path), row_type) or []
 
 
@@ -396,8 +392,7 @@ def rows_where(path: Path, row_type: type[T], column: str, values: Iterable[str]
     """read_shared's `row_type` rows whose `column` is one of `values`, in the table's order:
     filtered from the rows this process holds decoded, else only the matching rows read (a filter
     in the Parquet read) and decoded. A stage that wants a few kinds of rows of another source's
-    table (the links stage: code entities, INHERITS edges) decoded all 31k of django's relations,
-    ~0.5 s of a CLI build that changed only docs."""
+    table (the links stage: code entities, INHERITS edges) would otherwise decode all its rows."""
     path, wanted = Path(path), set(values)
     held = cached_rows(path, row_type)
     if held is not None:
@@ -418,8 +413,8 @@ def _held_where(path: Path, held: list, row_type: type, column: str, wanted: set
     """rows_where of the rows this process holds: the answer for the same rows again, or the last
     answer brought up to date with write_rows_changed's change since (its rows gone out, its fresh
     ones in at their key's place, value-equal new instances in place of the old), else a filter
-    of every row. The links stage asked for django's code entities and INHERITS edges on every
-    watch batch: two passes over 40k nodes and 31k relations (~20 ms). Read-only to the caller."""
+    of every row. The links stage asks for the code entities and INHERITS edges on every watch
+    batch, and two passes over every node and relation added up. Read-only to the caller."""
     name = resolved_name(path)
     key = (name, row_type, column, frozenset(wanted))
     last = _WHERE.get(key)
@@ -522,8 +517,7 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
     """write_rows for a table of `row_type` instances sorted by their unique `pk`, that this process
     wrote last (its instances are held, cached_rows): only the rows that differ from those become
     Arrow columns, merged into the previous table (the others are the previous file's rows as they
-    are), so a one-file change does not convert every row of the source again (django's graph:
-    ~0.45 s of a watch batch for 40k nodes and 31k relations). The file is the one write_rows
+    are), so a one-file change does not convert every row of the source again. The file is the one write_rows
     writes for the same rows. Returns the change, or None where it wrote the whole table (nothing
     held, keys not unique or not sorted, a column whose type the change alters). `ordered`: the
     caller made `rows` unique and sorted by `pk` (not checked again)."""
@@ -561,8 +555,7 @@ _GROUPS: dict[str, tuple[tuple, list[list], pa.Table]] = {}
 def write_row_groups(path: Path, groups: list[list], row_type: type) -> int:
     """write_rows of the groups' rows one after another (a stage's rows, one list per file, in file
     order; a single Parquet file). A group that is the very list this process wrote last time
-    takes its rows from that table as they are, so only the changed groups become Arrow columns
-    (django's docs: 30k references converted on every watch batch that changed one file, ~0.14 s).
+    takes its rows from that table as they are, so only the changed groups become Arrow columns.
     The table is the one write_rows writes for the same rows; unchanged groups write nothing."""
     path = Path(path)
     name = resolved_name(path)
@@ -598,7 +591,7 @@ def _regrouped(old_groups: list[list], old: pa.Table, groups: list[list]) -> pa.
     if len(groups) == len(old_groups) and all(a is b for a, b in zip(groups, old_groups)):
         return True
     # Kept groups that stood next to each other stay one slice: a part per file was a cast and a
-    # concatenation per file (django's docs: ~650 parts, ~0.2 s for a one-file change).
+    # concatenation per file.
     parts: list = []  # [start, length] of a run of the old table, or a new group's table
     for group in groups:
         slot = at.get(id(group))
@@ -659,7 +652,7 @@ def _row_changes(old: list, new: list, pk: str, checked: bool = False, ordered: 
         return None  # rows read from a file another writer wrote: not in key order
     # An unchanged row is usually the same object (the stages' memos): the rows of both lists are
     # matched by identity in C, and only those new or gone by identity are looked at (building a
-    # key dict of django's 31.5k previous relations touched every one of them: ~25 ms a batch).
+    # key dict of the previous rows touched every one of them).
     new_at = dict(zip(map(id, new), range(len(new))))
     if old_at is None:
         old_at = dict(zip(map(id, old), range(len(old))))
@@ -689,7 +682,7 @@ def _merged(path: Path, held: tuple | None, changes: RowChanges, rows: list, pk:
     """The previous table (`held`: its Arrow table by file identity, if this process kept it) without
     the replaced rows, plus the fresh ones, in key order; None where that is not the table
     write_rows would write. Built of zero-copy slices of the previous table around the fresh
-    rows, not copied (filtering and sorting django's 31.5k relations copied 12 MB twice a batch);
+    rows, not copied (filtering and sorting the relations copied them twice a batch);
     the chunks are combined once there are many."""
     previous = held[1] if held is not None and held[0] == _identity(path) else _read_as_built(path)
     if previous.num_rows != len(rows) - len(changes.fresh) + len(changes.replaced):
