@@ -707,7 +707,9 @@ class ReaderCore:
                                       (x[0] if isinstance(x, tuple) else x for x in r)))
         rows, payloads = self._rows(recalled, dense_kind, state.stale_for("fts"))
         stale_f = state.stale_for("fts")
-        named = set(channels_.exactly_named(exact_found, text)) if is_identifier_query(text) else set()
+        # a single-channel mode (dense, lexical) stays that channel's ranking alone
+        named = set(channels_.exactly_named(exact_found, text)) \
+            if is_identifier_query(text) and "exact" in MODES[mode] else set()
         hits = self._fuse(rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"),
                           text if mode == "hybrid" else None, named)
         state = self._gate_from(local, graph.result())  # the full gate: the graph's verdicts too
