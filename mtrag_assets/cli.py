@@ -225,28 +225,14 @@ def cmd_paths(args) -> int:
     reader = _reader(_published_settings())
     result = reader.paths(args.from_name, to_name=args.to, rel_types=rels, direction=args.direction,
                           max_hops=args.max_hops)
-    if not result.get("paths") and result.get("generation") is not None:
-        _refuse_unknown_symbols(reader, [("--from", args.from_name), ("--to", args.to)])
+    from mtrag_resources.serving.requests import check_known_symbols
+    check_known_symbols(reader, result, {"from": args.from_name, "to": args.to}, option_prefix="--")
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
         from mtrag_resources.serving.render import render_paths
         print(render_paths(result))
     return 0
-
-
-def _refuse_unknown_symbols(reader, names: list[tuple[str, str | None]]) -> None:
-    """No path: "no such symbol" (exit 1, with the nearest symbol names) rather than "no verified
-    path" (exit 0, the ordinary output) when `--from` or `--to` names nothing in the generation."""
-    from mtrag_resources.serving.requests import UnknownSymbol
-    for option, name in names:
-        if name is None:
-            continue
-        found = reader.symbol_lookup(name)
-        if found["known"] is False:
-            nearest = ", ".join(found["nearest"]) or "none found"
-            raise UnknownSymbol(f"{option} {name.strip()!r}: no such symbol in generation {found['generation']}; "
-                                f"nearest symbols: {nearest}")
 
 
 def cmd_status(args) -> int:

@@ -46,6 +46,9 @@ class FakeReader:
             raise QueryError("from 'bad' is not a symbol")
         return {"generation": 1, "from": from_name, "to": to_name, "paths": [], "stale": []}
 
+    def symbol_lookup(self, name, limit=5):
+        return {"generation": 1, "known": name != "no.such.symbol", "nearest": ["a.b", "a.c"]}
+
     def status(self):
         self.calls.append(("status",))
         return {"generation": 1, "sources": {}, "stale": []}
@@ -128,6 +131,10 @@ def test_refusals_and_failures_are_tool_errors_with_the_message():
         ("paths", {"from": "a", "max_hops": 7}, "max_hops must be from 1 to 6"),
         ("paths", {"from": "a", "rel": ["DROP"]}, "must be one of"),
         ("paths", {"from": "bad"}, "from 'bad' is not a symbol"),        # QueryError from the reader
+        # no path because the symbol is unknown: said as `mtrag paths` says it, not an empty list
+        ("paths", {"from": "no.such.symbol"},
+         "from 'no.such.symbol': no such symbol in generation 1; nearest symbols: a.b, a.c"),
+        ("paths", {"from": "a.b", "to": "no.such.symbol"}, "to 'no.such.symbol': no such symbol"),
         ("search", {"query": "store gone"}, "the FTS store cannot be read"),  # another MtragError
         ("search", {"query": "bug"}, "internal error: KeyError"),          # an unexpected failure
         ("nope", {}, "unknown tool 'nope'"),
@@ -143,7 +150,8 @@ def test_refusals_and_failures_are_tool_errors_with_the_message():
         assert message in result.content[0].text, (name, args, result.content[0].text)
     assert not results[-1].is_error
     # What the schema refuses never reaches the reader.
-    assert [c[:2] for c in reader.calls] == [("paths", "bad"), ("query", "store gone"), ("query", "bug"), ("status",)]
+    assert [c[:2] for c in reader.calls] == [("paths", "bad"), ("paths", "no.such.symbol"), ("paths", "a.b"),
+                                             ("query", "store gone"), ("query", "bug"), ("status",)]
 
 
 # ------------------------------------------------------------------ over stdio, `.venv/bin/mtrag mcp`
@@ -182,10 +190,11 @@ def test_mtrag_mcp_over_stdio_answers_from_the_published_generation(published, t
         bad = await s.call_tool("search", {"query": "x", "k": 500})
         unknown = await s.call_tool("search", {"query": "apply tax", "sources": ["nope", "shop"]})
         scoped = await s.call_tool("search", {"query": "apply tax to an amount", "k": 5, "sources": ["shop-docs"]})
-        return tools, search, prose, docs, paths, status, bad, unknown, scoped
+        nowhere = await s.call_tool("paths", {"from": "shopcart.cart.Cart.totl"})
+        return tools, search, prose, docs, paths, status, bad, unknown, scoped, nowhere
 
     errlog = tmp_path / "mcp.stderr"
-    tools, search, prose, docs, paths, status, bad, unknown, scoped = _stdio(
+    tools, search, prose, docs, paths, status, bad, unknown, scoped, nowhere = _stdio(
         _env(PYTHONPROFILEIMPORTTIME="1"), errlog, session, tmp_path)
     assert {t.name for t in tools.tools} == TOOLS and len(tools.tools) == 3
     for r in (search, prose, docs, paths, status):
@@ -224,6 +233,11 @@ def test_mtrag_mcp_over_stdio_answers_from_the_published_generation(published, t
     hits = scoped.structured_content["hits"]
     assert hits and {h["source_id"] for h in hits} == {"shop-docs"}
     assert scoped.structured_content["bridge"] == [] and scoped.structured_content["paths"] == []
+    # A symbol the generation does not hold: a tool error saying so, with the nearest symbols, as
+    # `mtrag paths` says it - not an empty list of paths.
+    assert nowhere.is_error, nowhere.content
+    assert nowhere.content[0].text.startswith("from 'shopcart.cart.Cart.totl': no such symbol in generation 1; "
+                                              "nearest symbols: shopcart.cart.Cart.total")
     # The whole session of `mtrag mcp` - startup, a dense query, paths - never imported Dagster.
     imported = [line.split("|")[-1].strip() for line in errlog.read_text().splitlines()
                 if line.startswith("import time:")]
@@ -264,3 +278,31 @@ def test_mtrag_mcp_reports_a_lagging_store_as_stale(mtrag_env, tmp_path):
     assert all(h["source_id"] != "shop" for h in lexical.structured_content["hits"])  # never mixed in
     assert any(h["source_id"] == "shop" for h in dense.structured_content["hits"])  # Qdrant is current
     assert status.structured_content["sources"]["shop"]["fts"]["state"] == "begin"
+
+
+def _closed_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_mtrag_mcp_paths_without_neo4j_say_the_graph_is_stale(published, tmp_path):
+    """Neo4j down: `paths` of a known symbol answers no path and says why in `stale` (the graph
+    channel, "Neo4j unreachable"); an unknown symbol is still "no such symbol" (the FTS store
+    knows every symbol)."""
+    async def session(s):
+        return (await s.call_tool("paths", {"from": "shopcart.cart.Cart.total"}),
+                await s.call_tool("paths", {"from": "shopcart.cart.Cart.totl"}))
+
+    env = _env(NEO4J_URI=f"bolt://127.0.0.1:{_closed_port()}")
+    known, unknown = _stdio(env, tmp_path / "mcp.stderr", session, tmp_path)
+    assert not known.is_error, known.content[0].text
+    answer = known.structured_content
+    assert answer["paths"] == [] and answer["generation"] == 1
+    stale = {(x["source"], x["store"]): x["reason"] for x in answer["stale"]}
+    assert set(stale) == {("shop", "neo4j"), ("shop-docs", "neo4j")}
+    assert all(reason.startswith("Neo4j unreachable: ") for reason in stale.values())
+    assert unknown.is_error and "no such symbol in generation 1" in unknown.content[0].text

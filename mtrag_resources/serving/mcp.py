@@ -6,8 +6,8 @@ against the arguments before the reader is asked. Every answer comes from the pu
 generation only, exactly as `mtrag query --json` / `paths --json` / `status --json` give it (the
 tool result's structured content, and the same JSON as its text), `stale` included: a lagging
 store is reported there, never mixed in. What mtrag refuses (a bad argument: QueryError; the
-query embedder is not the generation's: EmbedderMismatch; any MtragError) is a tool error
-(`isError`) carrying the message, and so is an unexpected failure (its traceback goes to
+query embedder is not the generation's: EmbedderMismatch; a `paths` symbol the generation does not
+hold: UnknownSymbol; any MtragError) is a tool error (`isError`) carrying the message, and so is an unexpected failure (its traceback goes to
 stderr); the server keeps serving.
 
 Reader calls run in worker threads (the reader is thread-safe), so a slow query does not stall
@@ -27,7 +27,7 @@ from mcp.server.stdio import stdio_server
 
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.serving.requests import (DEFAULT_PATH_RELATIONS, KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES,
-                                             PATH_RELATIONS, QueryError)
+                                             PATH_RELATIONS, QueryError, check_known_symbols)
 
 SERVER_NAME = "mtrag"
 MAX_HOPS = 6  # the reader's default max_hops_limit
@@ -115,7 +115,8 @@ PATHS = types.Tool(
         "Verified paths in the code graph from a symbol (a qualified name such as pkg.module.Class.method, or "
         "a short name), following relations of the given types; each path lists its nodes (name, "
         "qualified_name) and edges (type, evidence: file and line). The result is the JSON of "
-        "`mtrag paths --json`."),
+        "`mtrag paths --json`. A `from` or `to` that names no symbol of the published generation is an error "
+        "naming it and the nearest symbols; while the graph cannot be read, `paths` is empty and `stale` says why."),
     input_schema={
         "type": "object",
         "properties": {
@@ -241,6 +242,8 @@ def answer(reader, name: str, arguments: dict[str, Any] | None) -> dict[str, Any
     elif name == "paths":
         result = reader.paths(args["from"], to_name=args.get("to"), rel_types=args["rel"],
                               direction=args["direction"], max_hops=args["max_hops"])
+        # a symbol the generation does not hold is a tool error saying so, as `mtrag paths` says it
+        check_known_symbols(reader, result, {"from": args["from"], "to": args.get("to")})
     else:
         result = reader.status()
     return result.to_dict() if hasattr(result, "to_dict") else result

@@ -114,7 +114,29 @@ def check_paths(from_name, to_name, rel_types, direction, max_hops, max_hops_lim
 
 
 class UnknownSymbol(MtragError, LookupError):
-    """`paths --from NAME` (or `--to`) names no symbol of the published generation."""
+    """`paths --from NAME` (or `--to`) names no symbol of the published generation; `field` is
+    the request field that named it (`from` or `to`)."""
 
     exit_code = 1
     http_status = 404
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def check_known_symbols(reader, answer, names: dict[str, str | None], option_prefix: str = "") -> None:
+    """After a paths request found no path: UnknownSymbol for the first of `names` (field ->
+    symbol name, None: not given) that the published generation does not hold, with the nearest
+    symbol names, rather than an empty answer that reads as "no verified path". Every interface
+    (CLI, HTTP, MCP) says it alike; `option_prefix` "--" names the CLI's options."""
+    if answer.get("paths") or answer.get("generation") is None:
+        return
+    for field, name in names.items():
+        if name is None:
+            continue
+        found = reader.symbol_lookup(name)
+        if found["known"] is False:
+            nearest = ", ".join(found["nearest"]) or "none found"
+            raise UnknownSymbol(f"{option_prefix}{field} {name.strip()!r}: no such symbol in generation "
+                                f"{found['generation']}; nearest symbols: {nearest}", field)
