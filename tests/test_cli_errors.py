@@ -346,3 +346,12 @@ def test_serve_names_a_bad_or_busy_port_in_one_line(no_home):
         port = busy.getsockname()[1]
         line = one_line(mtrag("serve", "--port", str(port), env={"MTRAG_HOME": str(no_home)}, timeout=60), 2)
     assert line.startswith(f"mtrag: --host 127.0.0.1 --port {port}: cannot listen there: "), line
+
+
+@pytest.mark.unit
+def test_serve_names_a_bad_http_limit_in_one_line(no_home):
+    for name, value, allowed in (("MTRAG_HTTP_READ_DEADLINE_S", "soon", "a number of seconds from 0 to 3600"),
+                                 ("MTRAG_HTTP_READ_DEADLINE_S", "0", "a number of seconds from 0 to 3600"),
+                                 ("MTRAG_HTTP_CONNECTIONS_PER_CLIENT", "-3", "a whole number from 1 to 10000")):
+        line = one_line(mtrag("serve", "--port", "0", env={"MTRAG_HOME": str(no_home), name: value}, timeout=60), 2)
+        assert line == f"mtrag: {name}={value!r}: not {allowed}", line

@@ -139,7 +139,7 @@ def test_statuses_and_error_bodies(capsys):
         assert raw.split(b" ", 2)[1] == b"411" and b'"length_required"' in raw
         raw = _raw(port, b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n{}")
         assert raw.split(b" ", 2)[1] == b"413"  # not int() of 5000 digits (Python refuses: a 500)
-        for bad, field, words in (({"k": 3}, "text", "missing"), ({"text": "x", "k": True}, "k", "integer"),
+        for bad, field, words in (({"k": 3}, "query", "query is missing"), ({"text": "x", "k": True}, "k", "integer"),
                                   ({"text": "x", "k": 1.5}, "k", "integer"), ({"text": "x", "k": 0}, "k", "from 1"),
                                   ({"text": "x", "evil": 1}, "evil", "unknown"), ({"text": ""}, "text", "empty"),
                                   ({"query": 3}, "query", "string"), ({"text": "x", "mode": "bogus"}, "mode", "bogus"),
@@ -211,6 +211,53 @@ def test_api_key_refusal_is_a_json_401():
         code, body, resp = _request(port, "GET", "/openapi.json")
         assert code == 401 and _error(body)["code"] == "unauthorized" and resp.getheader("WWW-Authenticate")
         assert _request(port, "GET", "/openapi.json", headers={"X-API-Key": "k"})[0] == 200
+
+
+@pytest.mark.unit
+def test_the_bearer_scheme_in_any_case_and_healthz_without_a_key():
+    with running_server(_StubReader(), api_key="k") as server:
+        port = server.server_address[1]
+        for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):  # RFC 7235: the scheme is case-insensitive
+            assert _request(port, "GET", "/v1/status", headers={"Authorization": f"{scheme} k"})[0] == 200, scheme
+        for header in ("bearer wrong", "Basic k", "k", "bearer", "Bearerk"):
+            code, body, _ = _request(port, "GET", "/v1/status", headers={"Authorization": header})
+            assert (code, _error(body)["code"]) == (401, "unauthorized"), header
+        # a liveness probe cannot send a key: /healthz answers without one, and says nothing else
+        for method in ("GET", "HEAD"):
+            code, body, _ = _request(port, method, "/healthz")
+            assert code == 200 and body == ({"ok": True} if method == "GET" else None), method
+        assert _request(port, "GET", "/healthz", headers={"Authorization": "Bearer wrong"})[:2] == (200, {"ok": True})
+        assert _request(port, "POST", "/healthz")[0] == 405
+        assert _request(port, "GET", "/healthz/../v1/status")[0] == 401
+    responses = openapi.document()["paths"]["/healthz"]["get"]["responses"]
+    assert "401" not in responses and "401" in openapi.document()["paths"]["/v1/status"]["get"]["responses"]
+
+
+class _PublishedStubReader(_StubReader):
+    """A published generation whose graph holds `a.b` and `a.c` only, with no path between them."""
+
+    def paths(self, *args):
+        self.calls.append(args)
+        return {"generation": 3, "from": args[0], "to": args[1], "paths": [], "stale": []}
+
+    def symbol_lookup(self, name, limit=5):
+        return {"generation": 3, "known": name in ("a.b", "a.c"), "nearest": ["a.b", "a.c"]}
+
+
+@pytest.mark.unit
+def test_paths_of_an_unknown_symbol_is_a_404_naming_it():
+    with running_server(_PublishedStubReader()) as server:
+        port = server.server_address[1]
+        code, body, _ = _request(port, "POST", "/v1/paths", b'{"from": "a.x"}', JSON)
+        assert code == 404 and _error(body) == {
+            "code": "unknown_symbol", "field": "from",
+            "message": "from 'a.x': no such symbol in generation 3; nearest symbols: a.b, a.c"}
+        code, body, _ = _request(port, "POST", "/v1/paths", b'{"from": "a.b", "to": "a.y"}', JSON)
+        assert (code, _error(body)["field"]) == (404, "to") and "'a.y': no such symbol" in _error(body)["message"]
+        code, body, _ = _request(port, "POST", "/v1/paths", b'{"from": "a.b", "to": "a.c"}', JSON)
+        assert code == 200 and body["paths"] == []  # both exist: no path is an ordinary answer
+    assert "unknown_symbol" in openapi.ERROR_CODES
+    assert "unknown_symbol" in openapi.document()["paths"]["/v1/paths"]["post"]["responses"]["404"]["description"]
 
 
 # ------------------------------------------------------------------ the running server (schemathesis)

@@ -1,7 +1,8 @@
 """The HTTP server's error statuses, each caused for real and read with a real HTTP client
 (http.client): 409 when the query embedder cannot embed for the published generation, 503 when
-the published generation cannot be read (a corrupt CURRENT) or a store cannot be opened, and 200
-with the channel reported `stale` when only the graph is unreachable. An error answer is always a
+the published generation cannot be read (a corrupt CURRENT) or a store cannot be opened, 404 when
+/v1/paths names a symbol the generation does not hold, and 200 with the channel reported `stale`
+when only the graph is unreachable. An error answer is always a
 status and a JSON body `{"error": {"code", "message"}}`, never a connection closed without a
 response."""
 from __future__ import annotations
@@ -158,4 +159,26 @@ def test_unreachable_graph_is_200_with_the_graph_channel_stale(published, monkey
         assert answer["paths"] == []
         code, answer = call(port, "POST", "/v1/paths", {"from": "shopcart.cart.Cart.total"})
         assert code == 200 and answer["paths"] == []
-        assert ("shop", "neo4j") in {(x["source"], x["store"]) for x in answer["stale"]}
+        stale = {(x["source"], x["store"]): x["reason"] for x in answer["stale"]}  # why there is no path
+        assert set(stale) == {("shop", "neo4j"), ("shop-docs", "neo4j")}
+        assert all(reason.startswith("Neo4j unreachable: ") for reason in stale.values())
+        # the FTS store still knows every symbol: an unknown one is "no such symbol", not stale
+        code, answer = call(port, "POST", "/v1/paths", {"from": "shopcart.cart.Cart.totl"})
+        assert (code, answer["error"]["code"], answer["error"]["field"]) == (404, "unknown_symbol", "from")
+
+
+def test_404_when_paths_names_a_symbol_the_generation_does_not_hold(published):
+    """The CLI's "no such symbol" (with the nearest names), not an empty list that reads as "no
+    verified path"; a known symbol with no path is still a 200."""
+    with serving(published["home"]) as port:
+        code, answer = call(port, "POST", "/v1/paths", {"from": "shopcart.cart.Cart.totl"})
+        assert code == 404, answer
+        assert answer["error"]["code"] == "unknown_symbol" and answer["error"]["field"] == "from"
+        assert answer["error"]["message"].startswith("from 'shopcart.cart.Cart.totl': no such symbol in generation 1; "
+                                                     "nearest symbols: shopcart.cart.Cart.total")
+        code, answer = call(port, "POST", "/v1/paths", {"from": "shopcart.cart.Cart.total", "to": "shopcart.nowhere"})
+        assert (code, answer["error"]["field"]) == (404, "to")
+        assert answer["error"]["message"].startswith("to 'shopcart.nowhere': no such symbol")
+        code, answer = call(port, "POST", "/v1/paths", {"from": "shopcart.tax.lookup_rate",
+                                                        "to": "shopcart.cart.Cart.total"})
+        assert code == 200 and answer["paths"] == []  # both exist; lookup_rate calls nothing

@@ -56,6 +56,10 @@ ENVIRONMENT: dict[str, Variable] = {
                                      "postgresql://user:password@host:port/db: the Dagster instance's run, "
                                      "event-log and schedule storage in PostgreSQL"),
     "MTRAG_API_KEY": Variable("none", "required by `mtrag serve` for binds other than loopback"),
+    "MTRAG_HTTP_READ_DEADLINE_S": Variable("10", "seconds `mtrag serve` gives a request to send its head and "
+                                                 "body; a slower one gets a 408 and is closed"),
+    "MTRAG_HTTP_CONNECTIONS_PER_CLIENT": Variable("16", "connections of one client address (an IPv6 /64) "
+                                                        "`mtrag serve` serves at once; more wait their turn"),
     "MTRAG_BUILD_SERVER": Variable("auto", "`auto`: `mtrag build` hands its work to the home's build server and, "
                                            "where none runs, starts one after building; `use`: only a running "
                                            "one; `off`: never (as `--no-server`)"),

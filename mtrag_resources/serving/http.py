@@ -2,20 +2,26 @@
 GET /openapi.json (the OpenAPI 3.1 document of all of them, serving/openapi.py).
 
 Stdlib ThreadingHTTPServer: small, no extra dependency, and every limit is explicit - request
-size, socket timeout, loopback by default, an API key (compared in constant time) required for
-any other bind.
+size, one deadline to read a request's head and body, the connections one client address is served
+on at once (serving/http_limits.py), loopback by default, an API key (compared in constant time)
+required for any other bind. GET /healthz needs no key (a probe cannot send one; it says only
+`{"ok": true}`).
 
 Every error is a JSON body `{"error": {"code", "message", "field"?}}` with the status HTTP defines
 for it: 400 a body that is not JSON, or a query whose `sources` names an id the published
-generation does not hold (code `unknown_source`, field `sources`), 401 no or a wrong API key, 404 no such route, 405 (with
-`Allow`) a route asked with another method, 409 the query embedder is not the published
-generation's, 411 no Content-Length, 413 a body over MAX_BODY_BYTES, 415 a Content-Type that is
-not JSON, 422 a JSON body with an invalid field (`field` names it), 503 the published generation
-cannot be served (a manifest or store cannot be read), 500 only for a bug (its traceback goes to
-stderr). Each request writes one access-log line to stderr: method, path, status, milliseconds."""
+generation does not hold (code `unknown_source`, field `sources`), 401 no or a wrong API key, 404
+no such route, or a /v1/paths `from`/`to` that names no symbol of the published generation (code
+`unknown_symbol`), 405 (with `Allow`) a route asked with another method, 408 a request not read
+by its deadline, 409 the query embedder is not the published generation's, 411 no Content-Length,
+413 a body over MAX_BODY_BYTES, 415 a Content-Type that is not JSON, 422 a JSON body with an
+invalid field (`field` names it), 429 too many connections from one client address, 503 the
+published generation cannot be served (a manifest or store cannot be read), 500 only for a bug
+(its traceback goes to stderr). Each request writes one access-log line to stderr: method, path,
+status, milliseconds."""
 from __future__ import annotations
 
 import hmac
+import io
 import ipaddress
 import json
 import signal
@@ -30,24 +36,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from mtrag_resources.core.errors import BusyError, ConfigError, MtragError
 from mtrag_resources.core.unicode_text import may_hold_surrogates, without_lone_surrogates
 from mtrag_resources.stores.contract import is_store_failure
-from mtrag_resources.serving import openapi
+from mtrag_resources.serving import http_limits, openapi
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
-from mtrag_resources.serving.requests import (KINDS, MAX_K, MODES, PATH_RELATIONS, UnknownSource, check_sources,
-                                              validate_text)
+from mtrag_resources.serving.requests import (KINDS, MAX_K, MODES, PATH_RELATIONS, UnknownSource, UnknownSymbol,
+                                              check_known_symbols, check_sources, validate_text)
 
 MAX_BODY_BYTES = 64 * 1024
-SOCKET_TIMEOUT_S = 30
-WORKERS = 32  # request threads; a stalled client holds one for at most SOCKET_TIMEOUT_S
+LINGER_S = 0.5  # a refused request's client is given this long to read its answer before the close
+SOCKET_TIMEOUT_S = 30  # writing an answer to a client that stopped reading
+WORKERS = 32  # request threads; one client address holds at most `connections_per_client` of them
 QUERY_FIELDS = {"text", "query", "k", "kind", "mode", "sources"}
 PATHS_FIELDS = {"from", "to", "rel", "direction", "max_hops", "verified_only", "limit"}
 MAX_PATHS_LIMIT = openapi.MAX_PATHS_LIMIT
 ROUTES = {"/v1/query": ("POST",), "/v1/paths": ("POST",), "/v1/status": ("GET",), "/healthz": ("GET",),
           "/openapi.json": ("GET",)}
 # The code of each error status (the error body's `code`); a status not named here is "error".
-CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 409: "conflict",
-         411: "length_required", 413: "payload_too_large", 414: "uri_too_long", 415: "unsupported_media_type",
-         422: "unprocessable", 431: "headers_too_large", 500: "internal", 503: "unavailable",
-         505: "http_version_not_supported"}
+CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+         408: "request_timeout", 409: "conflict", 411: "length_required", 413: "payload_too_large",
+         414: "uri_too_long", 415: "unsupported_media_type", 422: "unprocessable", 429: "too_many_requests",
+         431: "headers_too_large", 500: "internal", 503: "unavailable", 505: "http_version_not_supported"}
 
 
 class HttpError(MtragError):
@@ -104,6 +111,8 @@ def _as_http_error(exc: Exception) -> HttpError | None:
         return HttpError(409, str(exc), code="embedder_mismatch")
     if isinstance(exc, UnknownSource):  # a well-formed scope naming a source that is not published
         return HttpError(400, str(exc), field=exc.field, code="unknown_source")
+    if isinstance(exc, UnknownSymbol):  # the CLI's "no such symbol", not an empty list of paths
+        return HttpError(404, str(exc), field=exc.field, code="unknown_symbol")
     if isinstance(exc, QueryError):  # the reader refused a field value the body's checks let through
         return HttpError(422, str(exc))
     if isinstance(exc, BusyError):
@@ -173,8 +182,8 @@ def query_args(body: dict) -> dict:
     if "text" in body and "query" in body:
         raise Unprocessable("give the query as `text` or as `query`, not both", "query")
     name = "text" if "text" in body else "query"
-    if name not in body:
-        raise Unprocessable("text is missing (the query, as `text` or `query`)", "text")
+    if name not in body:  # the field left out is named `query`, as the MCP tool names it
+        raise Unprocessable("query is missing (the query text, as `query` or `text`)", "query")
     return {"text": _text(body[name], name), "k": _int(body, "k", 10, 1, MAX_K),
             "kind": _enum(body, "kind", None, KINDS, nullable=True), "mode": _enum(body, "mode", "hybrid", MODES),
             "sources": _sources(body)}
@@ -209,14 +218,49 @@ def _printable(path: str, limit: int = 200) -> str:
     return path[:limit].encode("unicode_escape", "backslashreplace").decode("ascii", "replace")
 
 
-def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S):
+def _authorization_token(header: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; the scheme in any case (RFC 7235)."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _raw_answer(status: int, reason: str, body: dict) -> bytes:
+    """A whole HTTP/1.0 answer, for a connection whose request was never parsed (408, 429)."""
+    data = json.dumps(body).encode("utf-8")
+    return (f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode("ascii") + data
+
+
+def _discard_input(sock: socket.socket, seconds: float) -> None:
+    """Read and drop what the client still sends, for at most `seconds` or until it closes: a
+    socket closed with unread input is reset, and the reset can destroy the answer before the
+    client reads it."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            if not sock.recv(65536):
+                return
+        except OSError:
+            return
+
+
+def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S,
+                 read_deadline: float = http_limits.READ_DEADLINE_S):
     max_hops_limit = getattr(reader, "max_hops_limit", openapi.MAX_HOPS)
     document = json.dumps(openapi.document(max_hops_limit)).encode("utf-8")
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "mtrag"
         sys_version = ""
-        timeout = socket_timeout  # a client that stalls mid-request is dropped after this
+        timeout = socket_timeout
+
+        def setup(self):
+            super().setup()
+            # the head and body are read against one deadline (http_limits.DeadlineReader)
+            self.rfile.close()
+            self._deadline_reader = http_limits.DeadlineReader(self.connection)
+            self.rfile = io.BufferedReader(self._deadline_reader)
 
         def log_message(self, fmt, *args):  # the stdlib's own lines; the access log is _log_access
             pass
@@ -226,11 +270,28 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
 
         def handle_one_request(self):
             self._started, self._status, self.requestline = time.monotonic(), None, ""
+            self._deadline_reader.arm(read_deadline)
             try:
                 super().handle_one_request()
             finally:
+                if self._status is None and self._deadline_reader.expired and self._deadline_reader.received:
+                    self._request_timed_out()
                 if self._status is not None:
                     self._log_access()
+
+        def _request_timed_out(self) -> None:
+            """A request begun but not read before its deadline: a 408 saying so, then the
+            connection closes (one that sent nothing is closed without a word)."""
+            self.close_connection = True
+            self._status = 408
+            message = f"the request was not read within {read_deadline:g} s (MTRAG_HTTP_READ_DEADLINE_S)"
+            try:
+                self.connection.settimeout(1)
+                self.connection.sendall(_raw_answer(408, "Request Timeout", HttpError(408, message).body()))
+                self.connection.shutdown(socket.SHUT_WR)
+                _discard_input(self.connection, LINGER_S)
+            except OSError:
+                pass
 
         def _log_access(self) -> None:
             ms = (time.monotonic() - self._started) * 1000
@@ -248,6 +309,8 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             if hasattr(body, "to_dict"):  # the reader's typed results (serving/results.py)
                 body = body.to_dict()
             data = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode("utf-8")
+            self._deadline_reader.disarm()  # the request is read; its answer is written under `timeout`
+            self.connection.settimeout(socket_timeout)
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
@@ -267,9 +330,9 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             if not api_key:
                 return True
             given = self.headers.get("X-API-Key") or ""
-            auth = self.headers.get("Authorization") or ""
-            if auth.startswith("Bearer "):
-                given = auth[7:]
+            bearer = _authorization_token(self.headers.get("Authorization") or "")
+            if bearer is not None:
+                given = bearer
             return hmac.compare_digest(given.encode(), api_key.encode())
 
         def _body(self) -> dict:
@@ -300,7 +363,8 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
         def _route(self) -> None:
             path = self.path.split("?", 1)[0]
             methods = ROUTES.get(path)
-            if not self._authorized():
+            # liveness is open to a probe that cannot send a key; it says nothing but `{"ok": true}`
+            if path != "/healthz" and not self._authorized():
                 raise HttpError(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
             if methods is None:
                 raise HttpError(404, f"no route {self.command[:20]} {self.path[:100]}")
@@ -318,9 +382,10 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             if path == "/v1/query":
                 return self._send(200, reader.query(**query_args(body)))
             args = paths_args(body, max_hops_limit)
-            return self._send(200, reader.paths(args["from_name"], args["to_name"], args["rel_types"],
-                                                args["direction"], args["max_hops"], args["verified_only"],
-                                                args["limit"]))
+            answer = reader.paths(args["from_name"], args["to_name"], args["rel_types"], args["direction"],
+                                  args["max_hops"], args["verified_only"], args["limit"])
+            check_known_symbols(reader, answer, {"from": args["from_name"], "to": args["to_name"]})
+            return self._send(200, answer)
 
         def _dispatch(self) -> None:
             try:
@@ -338,10 +403,18 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
 
 class Server(ThreadingHTTPServer):
     """Requests run on a fixed pool of worker threads, not one new thread each: per-thread state
-    (the FTS store's SQLite connection and page cache) is made once per worker and reused."""
+    (the FTS store's SQLite connection and page cache) is made once per worker and reused. One
+    client address is served on at most `connections_per_client` connections at once; its others
+    wait, holding no worker, so a client that trickles its requests cannot take every worker
+    (http_limits.ClientSlots)."""
     daemon_threads = True
     request_queue_size = 64
     workers = WORKERS
+
+    def __init__(self, address, handler, connections_per_client: int = http_limits.CONNECTIONS_PER_CLIENT):
+        self._slots = http_limits.ClientSlots(connections_per_client)
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="mtrag-http")
+        super().__init__(address, handler)
 
     def handle_error(self, request, client_address):
         # a client that hangs up before its answer is written is no server error: no traceback
@@ -350,23 +423,50 @@ class Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
     def process_request(self, request, client_address):
-        if getattr(self, "_pool", None) is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="mtrag-http")
-        self._pool.submit(self.process_request_thread, request, client_address)
+        key = http_limits.client_key(client_address[0])
+        verdict = self._slots.admit(key, (request, client_address))
+        if verdict == http_limits.ClientSlots.RUN:
+            self._pool.submit(self._serve_then_next, request, client_address, key)
+        elif verdict == http_limits.ClientSlots.REFUSE:
+            self._refuse_connection(request, client_address)
+
+    def _serve_then_next(self, request, client_address, key: str) -> None:
+        while True:
+            self.process_request_thread(request, client_address)
+            waiting = self._slots.release(key)
+            if waiting is None:
+                return
+            request, client_address = waiting
+
+    def _refuse_connection(self, request, client_address) -> None:
+        """A 429 for an address with too many connections waiting, written without blocking the
+        accepting thread; the request is never read."""
+        message = f"too many connections from {client_address[0]}: at most {self._slots.per_client} are " \
+                  f"served at once and {self._slots.waiting} wait"
+        try:
+            request.setblocking(False)
+            request.send(_raw_answer(429, "Too Many Requests", HttpError(429, message).body()))
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        print(f"mtrag-http {client_address[0]} - - 429 0.0ms", file=sys.stderr, flush=True)
 
     def server_close(self):
         super().server_close()
-        if getattr(self, "_pool", None) is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for request, _ in self._slots.drain():
+            self.shutdown_request(request)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None,
-                socket_timeout: float = SOCKET_TIMEOUT_S) -> Server:
+                socket_timeout: float = SOCKET_TIMEOUT_S, read_deadline: float = http_limits.READ_DEADLINE_S,
+                connections_per_client: int = http_limits.CONNECTIONS_PER_CLIENT) -> Server:
     if not _is_loopback(host) and not api_key:
         raise UnsafeBind(f"refusing to bind {host}: set MTRAG_API_KEY to serve beyond loopback")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     Server.address_family = family
-    return Server((host, port), make_handler(reader, api_key, socket_timeout))
+    return Server((host, port), make_handler(reader, api_key, socket_timeout, read_deadline),
+                  connections_per_client)
 
 
 def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None) -> None:
@@ -374,7 +474,8 @@ def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None
     than left to their dispositions: a server started under a parent that ignores them (a
     non-interactive shell's background job, some supervisors) would otherwise outlive every stop by
     its pid."""
-    server = make_server(reader, host, port, api_key)
+    server = make_server(reader, host, port, api_key, read_deadline=http_limits.read_deadline_from_env(),
+                         connections_per_client=http_limits.connections_per_client_from_env())
     if threading.current_thread() is threading.main_thread():
         def stop(signum, frame) -> None:
             # shutdown() waits for serve_forever to end, so not from the thread that runs it; a

@@ -18,9 +18,10 @@ MAX_HOPS = 6  # the reader's default max_hops_limit
 MAX_PATHS_LIMIT = 100
 MAX_BODY_BYTES = 64 * 1024  # serving/http.py's request body limit (checked equal by the unit test)
 
-ERROR_CODES = ("bad_request", "unauthorized", "not_found", "method_not_allowed", "conflict", "length_required",
-               "payload_too_large", "unsupported_media_type", "unprocessable", "embedder_mismatch", "unknown_source",
-               "uri_too_long", "headers_too_large", "internal", "unavailable", "http_version_not_supported")
+ERROR_CODES = ("bad_request", "unauthorized", "not_found", "method_not_allowed", "request_timeout", "conflict",
+               "length_required", "payload_too_large", "unsupported_media_type", "unprocessable",
+               "too_many_requests", "embedder_mismatch", "unknown_source", "unknown_symbol", "uri_too_long",
+               "headers_too_large", "internal", "unavailable", "http_version_not_supported")
 
 _S = {"type": "string"}
 _NS = {"type": ["string", "null"]}
@@ -171,8 +172,13 @@ def _ok(schema: str, description: str) -> dict:
 
 _COMMON = {"401": _error("Missing or wrong API key (only when the server has one)."),
            "404": _error("No such route; for /v1/paths also: `from` or `to` names no symbol of the published "
-                         "generation."),
+                         "generation (code `unknown_symbol`, field `from` or `to`; the message names the symbol "
+                         "and the nearest ones)."),
            "405": _error("The route does not take this method.", allow=True),
+           "408": _error("The request's head and body were not read within the server's deadline "
+                         "(MTRAG_HTTP_READ_DEADLINE_S); the connection is closed."),
+           "429": _error("Too many connections from this client address are waiting to be served; the "
+                         "connection is closed unread."),
            "500": _error("A bug in mtrag."),
            "503": _error("The published generation cannot be served now (nothing is published, a store cannot "
                          "be opened, a manifest is unreadable).")}
@@ -189,9 +195,9 @@ def _post(op_id: str, summary: str, request: str, response: str, extra: dict | N
             "responses": {"200": _ok(response, summary)} | _BODY | (extra or {}) | _COMMON}
 
 
-def _get(op_id: str, summary: str, response: str, common: bool = True) -> dict:
-    return {"operationId": op_id, "summary": summary,
-            "responses": {"200": _ok(response, summary)} | (_COMMON if common else {})}
+def _get(op_id: str, summary: str, response: str, keyed: bool = True) -> dict:
+    common = _COMMON if keyed else {code: answer for code, answer in _COMMON.items() if code != "401"}
+    return {"operationId": op_id, "summary": summary, "responses": {"200": _ok(response, summary)} | common}
 
 
 DOCUMENT: dict = {
@@ -209,7 +215,8 @@ DOCUMENT: dict = {
                                                    "(code `embedder_mismatch`).")})},
         "/v1/paths": {"post": _post("paths", "Verified graph paths from a symbol", "PathsRequest", "PathsAnswer")},
         "/v1/status": {"get": _get("status", "The published generation and every store's marker", "Status")},
-        "/healthz": {"get": _get("healthz", "Liveness (reads no store)", "Health")},
+        "/healthz": {"get": _get("healthz", "Liveness (reads no store; needs no API key, and says nothing but "
+                                            "`{\"ok\": true}`)", "Health", keyed=False)},
         "/openapi.json": {"get": {"operationId": "openapi", "summary": "This document",
                                   "responses": {"200": {"description": "The OpenAPI 3.1 document",
                                                         "content": {"application/json": {"schema": {"type": "object"}}}},
