@@ -226,7 +226,7 @@ def test_http_contract(server, reader):
     assert code == 200 and body["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
     assert body == json.loads(json.dumps(reader.query("shopcart.tax.lookup_rate", k=3) | {"timings_ms": body["timings_ms"]}))
     for bad, field in (({"text": ""}, "text"), ({"text": "x", "mode": "bogus"}, "mode"),
-                       ({"text": "x", "evil": 1}, "evil"), ({"k": 3}, "text"), ({"text": "x", "k": True}, "k")):
+                       ({"text": "x", "evil": 1}, "evil"), ({"k": 3}, "query"), ({"text": "x", "k": True}, "k")):
         code, body = _call(server + "/v1/query", bad)
         assert code == 422 and body["error"]["code"] == "unprocessable" and body["error"]["field"] == field, (bad, body)
     code, body = _call(server + "/v1/query", raw=b"{not json")

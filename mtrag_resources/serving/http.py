@@ -259,7 +259,7 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             super().setup()
             # the head and body are read against one deadline (http_limits.DeadlineReader)
             self.rfile.close()
-            self._deadline_reader = http_limits.DeadlineReader(self.connection)
+            self._deadline_reader = http_limits.DeadlineReader(self.connection, socket_timeout)
             self.rfile = io.BufferedReader(self._deadline_reader)
 
         def log_message(self, fmt, *args):  # the stdlib's own lines; the access log is _log_access
@@ -284,7 +284,8 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             connection closes (one that sent nothing is closed without a word)."""
             self.close_connection = True
             self._status = 408
-            message = f"the request was not read within {read_deadline:g} s (MTRAG_HTTP_READ_DEADLINE_S)"
+            message = (f"the request was not read within {read_deadline:g} s (MTRAG_HTTP_READ_DEADLINE_S), "
+                       f"or stalled for {socket_timeout:g} s")
             try:
                 self.connection.settimeout(1)
                 self.connection.sendall(_raw_answer(408, "Request Timeout", HttpError(408, message).body()))

@@ -59,12 +59,12 @@ def client_key(host: str) -> str:
 
 class DeadlineReader(io.RawIOBase):
     """A socket's reading side that refuses to read past a deadline (`arm`): each read waits at
-    most the time left, so a request trickled in a byte at a time still ends when the deadline
-    does (TimeoutError). `received` counts the bytes read since `arm`."""
+    most the time left (and at most `idle_timeout`), so a request trickled in a byte at a time
+    still ends when the deadline does (TimeoutError). `received` counts the bytes read since `arm`."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, idle_timeout: float):
         super().__init__()
-        self._sock = sock
+        self._sock, self._idle_timeout = sock, idle_timeout
         self.deadline: float | None = None
         self.received = 0
         self.expired = False
@@ -84,7 +84,7 @@ class DeadlineReader(io.RawIOBase):
             if left <= 0:
                 self.expired = True
                 raise TimeoutError("the request was not read before its deadline")
-            self._sock.settimeout(left)
+            self._sock.settimeout(min(left, self._idle_timeout))
         try:
             n = self._sock.recv_into(buffer)
         except TimeoutError:
