@@ -19,7 +19,7 @@ PROGRESS_AFTER_S = 2.0  # a pass shorter than this logs no progress
     partitions_def=sources_partitions,
     code_version=CODE_VERSIONS["embedding_cache"],
     group_name=GROUP_BUILD,
-    kinds={"pytorch", "parquet", "duckdb"},
+    kinds={"onnx", "parquet", "duckdb"},
     freshness_policy=DEFAULT_FRESHNESS,
 )
 def embedding_cache(context: dg.AssetExecutionContext, mtrag: MtragResource) -> dg.MaterializeResult:

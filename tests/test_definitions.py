@@ -60,6 +60,14 @@ def test_every_asset_has_a_description_code_version_and_freshness():
         assert node.freshness_policy is not None, key
 
 
+@pytest.mark.unit
+def test_embedding_cache_kind_is_the_default_backend_not_torch():
+    """The UI's kind chip says what embeds on the CPU by default: ONNX Runtime, not PyTorch."""
+    from mtrag_resources.embedding.embedder import DEFAULT_BACKEND
+    kinds = defs.resolve_asset_graph().get(dg.AssetKey("embedding_cache")).kinds
+    assert DEFAULT_BACKEND.startswith("onnx") and "onnx" in kinds and "pytorch" not in kinds
+
+
 @pytest.mark.integration  # a Dagster instance
 def test_sources_sensor_adds_and_removes_partitions(tmp_path, monkeypatch):
     sources = tmp_path / "sources.yaml"
