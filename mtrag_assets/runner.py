@@ -32,6 +32,7 @@ from mtrag_assets.instance_engines import reuse_sqlite_engines
 from mtrag_assets.interrupts import last_signal
 from mtrag_assets.jobs import JOBS, build_source_and_publish_job, build_source_job, publish_generation_job
 from mtrag_assets.partitions import sources_partitions
+from mtrag_assets.policies import HOST_TAG, PID_TAG, PROC_START_TAG
 from mtrag_assets.resources import MtragResource
 
 # The terminal shows stage summaries; the full event log is in the instance (and the UI).
@@ -101,8 +102,15 @@ def _file_identity(path: Path) -> tuple | None:
 
 
 def _process_tags() -> dict:
-    return {"mtrag/host": socket.gethostname(), "mtrag/pid": str(os.getpid()),
-            "mtrag/proc_start": proc_start(os.getpid())}
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()), PROC_START_TAG: proc_start(os.getpid())}
+
+
+# Where runs recorded before these tags were hidden keep them: a build killed then is released too.
+_VISIBLE_PROCESS_TAGS = {HOST_TAG: "mtrag/host", PID_TAG: "mtrag/pid", PROC_START_TAG: "mtrag/proc_start"}
+
+
+def _process_tag(run, key: str) -> str:
+    return run.tags.get(key, run.tags.get(_VISIBLE_PROCESS_TAGS[key], ""))
 
 
 def release_dead_runs(instance: dg.DagsterInstance, log=print) -> list[str]:
@@ -112,12 +120,13 @@ def release_dead_runs(instance: dg.DagsterInstance, log=print) -> list[str]:
     marked failed and their slots freed; runs of live processes and runs launched elsewhere (the
     daemon, the UI) are left alone."""
     released = []
-    runs = instance.get_runs(filters=dg.RunsFilter(
-        statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
-        tags={"mtrag/host": socket.gethostname()}))
-    for run in runs:
-        pid = run.tags.get("mtrag/pid", "")
-        if not pid.isdigit() or alive(int(pid), run.tags.get("mtrag/proc_start", "")):
+    runs = {run.run_id: run for host_tag in (HOST_TAG, _VISIBLE_PROCESS_TAGS[HOST_TAG])
+            for run in instance.get_runs(filters=dg.RunsFilter(
+                statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
+                tags={host_tag: socket.gethostname()}))}
+    for run in runs.values():
+        pid = _process_tag(run, PID_TAG)
+        if not pid.isdigit() or alive(int(pid), _process_tag(run, PROC_START_TAG)):
             continue
         instance.report_run_failed(run, message=f"the build process (pid {pid}) died during this run; "
                                                "a later build marked it failed and freed its pool slots")

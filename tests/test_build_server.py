@@ -135,9 +135,10 @@ def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanl
 
     # the runs are the instance's, tagged with the server's pid
     import dagster as dg
+    from mtrag_assets.policies import PID_TAG
     runs = dg.DagsterInstance.get().get_runs(filters=dg.RunsFilter(tags={"mtrag/build_server": str(pid)}))
     assert len(runs) >= 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-    assert {r.tags["mtrag/pid"] for r in runs} == {str(pid)} and any(r.tags["mtrag/publish"] == "true" for r in runs)
+    assert {r.tags[PID_TAG] for r in runs} == {str(pid)} and any(r.tags["mtrag/publish"] == "true" for r in runs)
 
     shown = json.loads(mtrag("build-server", "status", "--json").stdout)
     # the builds it ran: a refused one never reached it (bad input is refused by the client)

@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from mtrag_assets.policies import PID_TAG
 from mtrag_resources.publish.manifest import load_current
 from tests.build_helpers import build, finish, latest_metadata, settings, wait_stopped
 
@@ -55,7 +56,7 @@ def test_release_dead_runs_frees_a_killed_builds_run_and_pool_slot_only(mtrag_en
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
     (dead,) = _started_runs(instance)
-    pid = int(dead.tags["mtrag/pid"])
+    pid = int(dead.tags[PID_TAG])
     assert not Path(f"/proc/{pid}").exists()
     info = instance.event_log_storage.get_concurrency_info(POOL)
     assert {(c.run_id, c.step_key) for c in info.claimed_slots} == {(dead.run_id, "qdrant_collection")}
@@ -78,7 +79,7 @@ def test_release_dead_runs_frees_a_killed_builds_run_and_pool_slot_only(mtrag_en
     try:
         wait_stopped(proc)
         (live,) = _started_runs(instance)
-        assert live.tags["mtrag/pid"] == str(proc.pid)
+        assert live.tags[PID_TAG] == str(proc.pid)
         assert release_dead_runs(instance, log=logged.append) == []
         assert instance.get_run_by_id(live.run_id).status == dg.DagsterRunStatus.STARTED
     finally:
@@ -88,6 +89,35 @@ def test_release_dead_runs_frees_a_killed_builds_run_and_pool_slot_only(mtrag_en
     assert instance.get_run_by_id(live.run_id).status == dg.DagsterRunStatus.SUCCESS
     assert "built ['shop']" in out and "published generation 2" in out
     assert instance.event_log_storage.get_concurrency_info(POOL).claimed_slots == []
+
+
+@pytest.mark.integration  # a Dagster instance
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+def test_release_dead_runs_reads_hidden_and_older_visible_process_tags(tmp_path):
+    """Runs recorded before the process tags moved under Dagster's hidden prefix keep the visible
+    ones: a build killed then is released too; a live process's run is left alone either way."""
+    import socket
+    import uuid
+    from mtrag_assets.policies import HOST_TAG, PROC_START_TAG
+    from mtrag_assets.runner import release_dead_runs
+    from mtrag_resources.core.processes import proc_start
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    hidden = lambda pid, start: {HOST_TAG: host, PID_TAG: str(pid), PROC_START_TAG: start}  # noqa: E731
+    visible = lambda pid, start: {"mtrag/host": host, "mtrag/pid": str(pid), "mtrag/proc_start": start}  # noqa: E731
+    me = (os.getpid(), proc_start(os.getpid()))
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        runs = {name: dg.DagsterRun(job_name="build_source", run_id=str(uuid.uuid4()),
+                                    status=dg.DagsterRunStatus.STARTED, tags=tags)
+                for name, tags in (("dead", hidden(gone.pid, "1")), ("dead_before", visible(gone.pid, "1")),
+                                   ("live", hidden(*me)), ("live_before", visible(*me)))}
+        for run in runs.values():
+            instance.add_run(run)
+        released = release_dead_runs(instance, log=lambda *_: None)
+        assert sorted(released) == sorted([runs["dead"].run_id, runs["dead_before"].run_id])
+        assert {name for name, run in runs.items()
+                if instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED} == {"live", "live_before"}
 
 
 # ------------------------------------------------------------------ pip_sdist

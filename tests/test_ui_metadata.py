@@ -7,6 +7,7 @@ import dagster as dg
 import pytest
 
 from mtrag_assets.metadata import counter_table, readable_bytes, round_duration, round_float, to_metadata
+from mtrag_assets.policies import HIDDEN_TAG_PREFIX, HOST_TAG, PID_TAG, PROC_START_TAG
 
 
 # ------------------------------------------------------------------ to_metadata
@@ -167,6 +168,12 @@ def test_cli_build_runs_are_job_runs_with_tags(mtrag_env):
         assert run.tags["mtrag/trigger"] == "cli" and run.tags["mtrag/source"] == sid
         assert run.tags["mtrag/publish"] == publish and run.tags["dagster/partition"] == sid
         assert run.tags["dagster/code_location"] == "mtrag_assets.definitions"
+        # The runs list shows the tags maintainers filter by; the build process's identity (read by
+        # release_dead_runs) is under Dagster's hidden prefix.
+        hidden = {k for k in run.tags if k.startswith(HIDDEN_TAG_PREFIX)}
+        assert hidden == {HOST_TAG, PID_TAG, PROC_START_TAG}
+        assert set(run.tags) - hidden == {"mtrag/trigger", "mtrag/source", "mtrag/publish", "dagster/partition",
+                                          "dagster/partition_set", "dagster/code_location"}
         # The code location as origin: what the UI's Overview timeline needs to list the run.
         origin = run.remote_job_origin
         assert origin is not None and origin.job_name == run.job_name
