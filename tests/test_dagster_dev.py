@@ -1,0 +1,100 @@
+"""`python -m mtrag_assets.dagster_dev`: real `dagster dev` (webserver, daemon, code servers) on
+a private instance, stopped by Ctrl-C the way a terminal sends it (SIGINT to the foreground
+process group), exits within seconds and leaves no process of its session behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from mtrag_assets.dagster_dev import dagster_dev_command, session_pids
+
+ON_LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads sessions from /proc")
+
+REPO = Path(__file__).resolve().parents[1]
+EXIT_WITHIN_S = 15
+LOCATIONS = "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _loaded(base: str) -> bool:
+    req = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": LOCATIONS}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            entries = json.load(resp)["data"]["workspaceOrError"]["locationEntries"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return bool(entries) and all(e["loadStatus"] == "LOADED" for e in entries)
+
+
+def _child_pids(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+@pytest.mark.unit
+def test_the_command_is_dagster_dev_over_the_workspace_unless_told_otherwise():
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    assert dagster_dev_command(["-p", "3001"]) == [dagster, "dev", "-w", "workspace.yaml", "-p", "3001"]
+    assert dagster_dev_command(["-m", "pkg.defs"]) == [dagster, "dev", "-m", "pkg.defs"]
+    assert dagster_dev_command(["--workspace=other.yaml"]) == [dagster, "dev", "--workspace=other.yaml"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@ON_LINUX
+def test_ctrl_c_ends_dagster_dev_within_seconds_and_leaves_nothing(tmp_path):
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"), "MTRAG_HOME": str(tmp_path / "home"),
+           "MTRAG_SOURCES": str(tmp_path / "no-sources.yaml"),  # the sensors skip: nothing is built
+           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    (tmp_path / "dagster_home").mkdir()
+    log = tmp_path / "dagster_dev.log"
+    with open(log, "wb") as out:
+        # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to its process group.
+        launcher = subprocess.Popen([sys.executable, "-m", "mtrag_assets.dagster_dev", "-h", "127.0.0.1",
+                                     "-p", str(port)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+    dev_session = None
+    try:
+        deadline = time.monotonic() + 240
+        while not _loaded(base):
+            assert launcher.poll() is None, f"exited {launcher.returncode}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"not loaded:\n{log.read_text()[-3000:]}"
+            time.sleep(1)
+        time.sleep(5)  # the daemon's sensors take their first ticks
+        (dev_session,) = _child_pids(launcher.pid)  # dagster dev, leader of its own session
+        assert len(session_pids(dev_session)) >= 4  # dagster dev, webserver, daemon, a code server
+
+        t0 = time.monotonic()
+        os.killpg(launcher.pid, signal.SIGINT)
+        launcher.wait(timeout=60)
+        took = time.monotonic() - t0
+        assert launcher.returncode == 0, log.read_text()[-3000:]
+        assert took < EXIT_WITHIN_S, f"exited {took:.1f} s after Ctrl-C:\n{log.read_text()[-3000:]}"
+        assert session_pids(dev_session) == [], "processes of dagster dev's session outlived it"
+    finally:
+        for group in (launcher.pid, dev_session):
+            for pid in session_pids(group) if group else []:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
