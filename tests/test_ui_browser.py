@@ -218,3 +218,21 @@ def test_counters_render_as_tables_and_cli_builds_show_on_the_timeline(dagster_u
         expect(links.first).to_be_visible()
         page.screenshot(path=tmp_path / f"timeline_{job}.png")
         page.mouse.move(0, 0)
+
+
+def test_runs_list_tags_leave_out_the_build_process(dagster_ui):
+    """The tags the UI lists for a `mtrag build` run (GraphQL's run tags, which leave out
+    Dagster's hidden `.dagster/` prefix): what a maintainer filters by, not the build process's
+    host, pid and start time, which stay on the run for release_dead_runs."""
+    import dagster as dg
+    from mtrag_assets.policies import HOST_TAG, PID_TAG, PROC_START_TAG
+    query = ('{ runsOrError(filter: {tags: [{key: "mtrag/trigger", value: "cli"}]}) '
+             '{ ... on Runs { results { runId tags { key } } } } }')
+    results = _graphql(dagster_ui, query)["data"]["runsOrError"]["results"]
+    assert results
+    for run in results:
+        shown = {tag["key"] for tag in run["tags"]}
+        assert shown == {"mtrag/trigger", "mtrag/source", "mtrag/publish", "dagster/partition",
+                         "dagster/partition_set", "dagster/code_location"}, shown
+        stored = dg.DagsterInstance.get().get_run_by_id(run["runId"]).tags
+        assert {HOST_TAG, PID_TAG, PROC_START_TAG} <= set(stored)
