@@ -13,7 +13,7 @@ from mtrag_assets.index_manifest import index_manifest
 from mtrag_assets.neo4j_graph import neo4j_graph
 from mtrag_assets.qdrant_collection import qdrant_collection
 from mtrag_assets.raw_source import raw_source
-from mtrag_assets.jobs import JOBS
+from mtrag_assets.jobs import IN_PROCESS_BY_DEFAULT, JOBS
 from mtrag_assets.resources import IndexReaderResource, MtragResource
 from mtrag_assets.schedules import nightly_rebuild
 from mtrag_assets.sensors import source_changes, sources_sync
@@ -40,6 +40,7 @@ defs = dg.Definitions(
     schedules=[nightly_rebuild],
     sensors=[sources_sync, source_changes, publish_automation],
     resources={"mtrag": MtragResource.from_environment(), "index_reader": IndexReaderResource()},
+    executor=IN_PROCESS_BY_DEFAULT,
 )
 
 freeze_startup()  # what is loaded by now lives as long as the process (core/gc_tuning.py)

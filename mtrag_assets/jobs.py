@@ -16,6 +16,21 @@ from mtrag_assets.raw_source import raw_source
 SOURCE_STAGES = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdrant_collection, fts_db, neo4j_graph]
 PUBLISH_STAGES = [cross_source_links, index_manifest]
 
+# The executor of every job without its own (build_source, publish_generation, and the asset job
+# the UI's "Materialize" and asset backfills run): Dagster's multi_or_in_process executor with
+# in_process as its default. Its multiprocess default starts a Python process per step (imports
+# and resources anew for each of a run's 13 steps), most of a run's time when a partition has not
+# changed (bench/backfill.py); `mtrag build` runs the same stages in one process too. A run whose
+# steps should run in parallel asks for it in its run config: `execution: {config: {multiprocess: {}}}`.
+IN_PROCESS_BY_DEFAULT = dg.ExecutorDefinition(
+    name="in_process_by_default",
+    config_schema=dg.Field(dg.multi_or_in_process_executor.config_schema.as_field().config_type,
+                           default_value={"in_process": {}}),
+    requirements=dg.multi_or_in_process_executor.get_requirements,
+    executor_creation_fn=dg.multi_or_in_process_executor.executor_creation_fn,
+    description="multi_or_in_process_executor, in_process unless the run config asks for multiprocess",
+)
+
 # One run per source partition: every per-source stage and its checks. cross_source_links and
 # index_manifest follow by declarative automation once no source is in progress.
 build_source_job = dg.define_asset_job(
@@ -35,11 +50,10 @@ publish_generation_job = dg.define_asset_job(
 
 # `mtrag build`'s last changed source: build_source and publish_generation in one run (one run's
 # fixed cost less per build; a failed blocking check skips the publishing steps of that run).
-# In one process: the source_changes sensor's run for a one-source change (and a UI launch). The
-# multiprocess executor starts a Python process per step, ~2 s of imports each: measured through
-# dagster-daemon on the bench corpus, a one-function change took 42-45 s to publish that way, most
-# of it process start-up (bench/dagster_path.py). Wide backfills run build_source, which keeps the
-# multiprocess executor and its parallel store steps.
+# In one process, whatever the run config says: the source_changes sensor's run for a one-source
+# change (and a UI launch). The multiprocess executor starts a Python process per step: measured
+# through dagster-daemon, a one-function change took most of its time to publish in process
+# start-up (bench/dagster_path.py, docs/dagster-path.md).
 build_source_and_publish_job = dg.define_asset_job(
     "build_source_and_publish",
     selection=dg.AssetSelection.assets(*SOURCE_STAGES, *PUBLISH_STAGES) | dg.AssetSelection.checks(*ALL_CHECKS),

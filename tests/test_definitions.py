@@ -68,6 +68,20 @@ def test_embedding_cache_kind_is_the_default_backend_not_torch():
     assert DEFAULT_BACKEND.startswith("onnx") and "onnx" in kinds and "pytorch" not in kinds
 
 
+@pytest.mark.unit
+def test_ui_launched_runs_execute_in_process_unless_their_config_asks_for_processes():
+    """A process per step cost an unchanged partition most of its run (bench/backfill.py): the
+    asset job the UI's backfills run, build_source and publish_generation default to in_process;
+    multiprocess stays one run-config line away."""
+    multiprocess = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
+    for job in (defs.resolve_implicit_global_asset_job_def(), defs.resolve_job_def("build_source"),
+                defs.resolve_job_def("publish_generation")):
+        (default,) = dg.validate_run_config(job, {})["execution"].values()
+        (asked,) = dg.validate_run_config(job, multiprocess)["execution"].values()
+        assert list(default) == ["in_process"] and list(asked) == ["multiprocess"], job.name
+    assert defs.resolve_job_def("build_source_and_publish").executor_def is dg.in_process_executor
+
+
 @pytest.mark.integration  # a Dagster instance
 def test_sources_sensor_adds_and_removes_partitions(tmp_path, monkeypatch):
     sources = tmp_path / "sources.yaml"
