@@ -98,3 +98,39 @@ def test_ctrl_c_ends_dagster_dev_within_seconds_and_leaves_nothing(tmp_path):
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait(timeout=10)
+
+
+STUCK = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a dagster dev that does not stop, and a child that ignores it too
+subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(300)"])
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.integration  # real processes and signals
+@ON_LINUX
+def test_stop_ends_a_session_that_ignores_sigint_within_its_bounds(monkeypatch):
+    """What Dagster's own shutdown cannot promise (it waits up to a minute for a webserver or
+    daemon, and leaves a code server it restarted): stop() ends the whole session, SIGINT first,
+    SIGKILL after GRACE_S + LEFTOVER_S."""
+    from mtrag_assets import dagster_dev
+    monkeypatch.setattr(dagster_dev, "GRACE_S", 1.0)
+    monkeypatch.setattr(dagster_dev, "LEFTOVER_S", 1.0)
+    proc = subprocess.Popen([sys.executable, "-c", STUCK], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10
+        while len(session_pids(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(session_pids(proc.pid)) == 2
+        lines: list[str] = []
+        t0 = time.monotonic()
+        dagster_dev.stop(proc, log=lines.append)
+        assert time.monotonic() - t0 < 5
+        assert proc.returncode == -signal.SIGKILL and session_pids(proc.pid) == []
+        assert lines == ["mtrag: dagster dev did not exit within 1 s of SIGINT; stopping its processes"]
+    finally:
+        for pid in session_pids(proc.pid):
+            os.kill(pid, signal.SIGKILL)
