@@ -16,9 +16,9 @@ from mtrag_assets.raw_source import raw_source
 SOURCE_STAGES = [raw_source, cas_chunks, canonical_graph, embedding_cache, qdrant_collection, fts_db, neo4j_graph]
 PUBLISH_STAGES = [cross_source_links, index_manifest]
 
-# The executor of every job without its own (build_source, publish_generation, and the asset job
-# the UI's "Materialize" and asset backfills run): Dagster's multi_or_in_process executor with
-# in_process as its default. Its multiprocess default starts a Python process per step (imports
+# The executor of every job without its own (publish_generation, and the asset job the UI's
+# "Materialize" and asset backfills run): Dagster's multi_or_in_process executor with in_process
+# as its default. Its multiprocess default starts a Python process per step (imports
 # and resources anew for each of a run's 13 steps), most of a run's time when a partition has not
 # changed (bench/backfill.py); `mtrag build` runs the same stages in one process too. A run whose
 # steps should run in parallel asks for it in its run config: `execution: {config: {multiprocess: {}}}`.
@@ -37,6 +37,9 @@ build_source_job = dg.define_asset_job(
     "build_source",
     selection=dg.AssetSelection.assets(*SOURCE_STAGES) | dg.AssetSelection.checks(*ALL_CHECKS),
     description="Rebuild one source partition: snapshot, chunks, graph, embeddings and its three stores.",
+    # Its job backfills and the nightly schedule keep a process per step: store steps in parallel
+    # on wide rebuilds (tests/test_backfill.py holds one step's process at a fault point).
+    executor_def=dg.multi_or_in_process_executor,
 )
 
 # The publishing assets alone, unpartitioned (the assets `publish_automation` materialises after

@@ -71,15 +71,16 @@ def test_embedding_cache_kind_is_the_default_backend_not_torch():
 @pytest.mark.unit
 def test_ui_launched_runs_execute_in_process_unless_their_config_asks_for_processes():
     """A process per step cost an unchanged partition most of its run (bench/backfill.py): the
-    asset job the UI's backfills run, build_source and publish_generation default to in_process;
-    multiprocess stays one run-config line away."""
+    asset job the UI's backfills run and publish_generation default to in_process; multiprocess
+    stays one run-config line away (build_source's default: wide job backfills, the schedule)."""
     multiprocess = {"execution": {"config": {"multiprocess": {"max_concurrent": 2}}}}
-    for job in (defs.resolve_implicit_global_asset_job_def(), defs.resolve_job_def("build_source"),
-                defs.resolve_job_def("publish_generation")):
+    for job in (defs.resolve_implicit_global_asset_job_def(), defs.resolve_job_def("publish_generation")):
         (default,) = dg.validate_run_config(job, {})["execution"].values()
         (asked,) = dg.validate_run_config(job, multiprocess)["execution"].values()
         assert list(default) == ["in_process"] and list(asked) == ["multiprocess"], job.name
     assert defs.resolve_job_def("build_source_and_publish").executor_def is dg.in_process_executor
+    (default,) = dg.validate_run_config(defs.resolve_job_def("build_source"), {})["execution"].values()
+    assert list(default) == ["multiprocess"]
 
 
 @pytest.mark.integration  # a Dagster instance
