@@ -5,8 +5,9 @@ SIGTERM.
 Run from a terminal, `dagster dev` shares the terminal's process group with its code servers,
 so Ctrl-C reaches them too: a code server ends before `dagster dev` has begun its shutdown, its
 monitor starts a new one, and `dagster dev` waits for that one to load the code location before
-it exits (and leaves it running); a process that does not stop in time is waited for up to a
-minute. Here `dagster dev` runs in a session of its own: Ctrl-C (or SIGTERM) reaches this process
+it exits (and leaves it running); a webserver or daemon that does not stop is waited for up to
+a minute each, which is what Dagster's telemetry upload does where it is on (an instance without
+mtrag's dagster.yaml) and its host never answers: it posts without a timeout. Here `dagster dev` runs in a session of its own: Ctrl-C (or SIGTERM) reaches this process
 alone, which asks `dagster dev` to shut down (SIGINT to it only: its orderly path, webserver and
 daemon through their shutdown pipes, code servers through gRPC), gives it GRACE_S, then
 interrupts what is left of its session (run workers mark their runs failed on it) and kills what

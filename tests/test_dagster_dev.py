@@ -1,6 +1,10 @@
 """`python -m mtrag_assets.dagster_dev`: real `dagster dev` (webserver, daemon, code servers) on
 a private instance, stopped by Ctrl-C the way a terminal sends it (SIGINT to the foreground
-process group), exits within seconds and leaves no process of its session behind."""
+process group), exits within seconds and leaves no process of its session behind, even where
+Dagster's own shutdown hangs: its telemetry upload (on in an instance without mtrag's
+dagster.yaml) posts without a timeout, so a telemetry host that never answers (a firewall that
+drops packets) holds the webserver and the daemon past their shutdown; `dagster dev` waits 60 s
+for each before it kills them."""
 from __future__ import annotations
 
 import json
@@ -9,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -46,6 +51,28 @@ def _child_pids(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
+@pytest.fixture
+def silent_server():
+    """A TCP port that accepts connections and never answers (its port)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield listener.getsockname()[1]
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
 @pytest.mark.unit
 def test_the_command_is_dagster_dev_over_the_workspace_unless_told_otherwise():
     dagster = str(Path(sys.executable).with_name("dagster"))
@@ -57,12 +84,15 @@ def test_the_command_is_dagster_dev_over_the_workspace_unless_told_otherwise():
 @pytest.mark.integration
 @pytest.mark.slow
 @ON_LINUX
-def test_ctrl_c_ends_dagster_dev_within_seconds_and_leaves_nothing(tmp_path):
+def test_ctrl_c_ends_dagster_dev_within_seconds_and_leaves_nothing(tmp_path, silent_server):
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"), "MTRAG_HOME": str(tmp_path / "home"),
            "MTRAG_SOURCES": str(tmp_path / "no-sources.yaml"),  # the sensors skip: nothing is built
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+           # an empty DAGSTER_HOME: telemetry on, uploaded at once to a host that never answers
+           "DAGSTER_TELEMETRY_URL": f"http://127.0.0.1:{silent_server}/actions"}
+    env.pop("DAGSTER_DISABLE_TELEMETRY", None)
     (tmp_path / "dagster_home").mkdir()
     log = tmp_path / "dagster_dev.log"
     with open(log, "wb") as out:
