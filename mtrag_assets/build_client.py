@@ -1,18 +1,6 @@
 """`mtrag build` through a build server, and `mtrag build-server start | stop | status`: the client
-side, which imports no Dagster (the point is not to pay for it).
-
-A build server (build_server.py) is one long-lived process per MTRAG_HOME that has paid a fresh
-`mtrag build`'s fixed costs once: the imports (~1.6 s: Dagster, SQLAlchemy, pyarrow), the loaded
-embedder, the stages' decoded facts and tables and the code graph's last resolution (the watch's
-memos, stages/warm.py), a Neo4j driver. `mtrag build` finds it by its Unix socket and hands it the
-command line; the server runs the very same command (`cli.main`: the same Dagster runs, recorded
-in the same instance, the same gate) and streams its output and exit code back. Where no server
-runs, or one runs another code tree or other settings (server_key), the build runs in the calling
-process as before. Like Gradle's daemon and Bazel's server, `mtrag build` starts one by itself
-(MTRAG_BUILD_SERVER=auto, the default): after a build in its own process it leaves a server
-warming up in the background for the next build, which leaves by itself after AUTO_IDLE_TIMEOUT_S
-without a build, or when its home is deleted. `use` only uses a running one, `off` (or `mtrag
-build --no-server`) never.
+side, which imports no Dagster (the point is not to pay for it). The server and when it is used:
+docs/build-server.md.
 
 Wire format: one JSON object per line each way. The client sends {"op": "build", "key", "argv",
 "cwd"}, {"op": "ping"} or {"op": "stop"}; to a build the server answers {"accepted": pid} or
@@ -88,7 +76,7 @@ def mode() -> str:
 
 
 def code_digest() -> str:
-    """The mtrag code this interpreter would run: every module's path, size and mtime (~1 ms). A
+    """The mtrag code this interpreter would run: every module's path, size and mtime (cheap). A
     server started before an edit or a checkout is not used by a client after it."""
     h = hashlib.sha256(sys.executable.encode())
     for package in _PACKAGES:

@@ -100,8 +100,8 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     t0 = time.monotonic()
     from mtrag_assets import cli
     cli.BUILD_TAGS["mtrag/build_server"] = str(os.getpid())  # the UI filters the server's runs by it
-    # The embedded Qdrant stays open from one build to the next (django: 0.10-0.13 s an opening), as
-    # in the watch: closed once another process waits for its lock, or after KEEP_QDRANT_OPEN_S.
+    # The embedded Qdrant stays open from one build to the next (an opening is a build's fixed cost),
+    # as in the watch: closed once another process waits for its lock, or after KEEP_QDRANT_OPEN_S.
     cli.KEEP_QDRANT_OPEN = True
     warm(settings, log)
     key, parts = build_client.server_key(settings), build_client.server_key_parts(settings)

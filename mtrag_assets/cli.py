@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """The `mtrag` command (console script, `python -m mtrag_assets.cli`): `main`, then an exit
-    without the interpreter's teardown (core/process_exit.py: ~1.2 s of a small build). Callers in
+    without the interpreter's teardown (core/process_exit.py, docs/performance.md#processes). Callers in
     a process that goes on (tests, the demo) use `main`, which returns the exit code."""
     from mtrag_resources.core.process_exit import exit_now
     exit_now(main())

@@ -32,7 +32,7 @@ def sources_sync(context: dg.SensorEvaluationContext) -> dg.SensorResult:
 # The daemon's path from a saved file to a published generation is this sensor's interval, then a
 # queued run launched in its own process (one process per step), then for a multi-source change
 # publish_automation's tick (30 s). 15 s: the scan it pays per tick is a stat walk of each source
-# (django: ~1,540 files, ~0.15 s); see docs/dagster-path.md for the measured latency.
+# (docs/performance.md#processes); see docs/dagster-path.md for the measured latency.
 CHANGE_POLL_S = 15
 
 

@@ -56,8 +56,8 @@ class RowFacts:
 def chunk_facts(path) -> RowFacts:
     """The checks' facts of the chunk table at `path`: from the decoded rows this process holds
     (the stages' shared ones), else computed on the checked columns in Arrow. A publish checks
-    every source, and a source this process did not build was decoded into row dicts first
-    (django's code source, 14k rows: 72 ms that way, 39 ms in Arrow, warm)."""
+    every source, and decoding a source this process did not build into row dicts first cost about
+    twice the Arrow pass (docs/performance.md#publishing)."""
     held = cached_rows(path)
     if held is not None:
         return row_facts(held)
@@ -100,7 +100,7 @@ def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerpr
 
 # By rows list (the list is held, so its id is not reused): the stages' shared rows are one list
 # until the table changes, and a watch batch's asset checks and publish gate read each source's
-# rows four times (django: ~60 ms of passes over 24k rows a batch).
+# rows four times (docs/performance.md#publishing).
 _ROW_FACTS: "OrderedDict[int, tuple[list, RowFacts]]" = OrderedDict()
 _ROW_FACTS_MAX = 16
 _ROW_FACTS_LOCK = threading.Lock()

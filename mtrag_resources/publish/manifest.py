@@ -34,7 +34,7 @@ def latest_number(manifest_dir: Path) -> int:
     """The highest N of the folder's manifest-N.json files. A process that publishes again and
     again (the watch) lists the folder once: the manifests are never renamed, so its last answer
     holds while that file exists, and only the numbers after it are looked for (a listing of
-    every generation ever published grew with the history: ~5 ms a publish at 2k)."""
+    every generation ever published grows with the history)."""
     key = str(manifest_dir)
     number = _LATEST.get(key)
     if number is None or not manifest_path(manifest_dir, number).exists():

@@ -13,7 +13,7 @@ from mtrag_resources.stores.contract import LINKS_SOURCE
 
 
 def _markers(qdrant, fts, neo_markers: dict, source_id: str) -> dict:
-    """`neo_markers`: every Neo4j marker, read in one query (a round trip per source was ~5 ms)."""
+    """`neo_markers`: every Neo4j marker, read in one query, not a round trip per source."""
     return {"qdrant": qdrant.marker(source_id), "fts": fts.marker(source_id), "neo4j": neo_markers.get(source_id)}
 
 
@@ -57,7 +57,8 @@ def gather_views(settings: Settings, specs: list[SourceSpec], removed: list[str]
 def check_one(settings: Settings, spec: SourceSpec, name: str, fingerprint_id: str, dim: int,
               store: str | None = None, ml_fingerprint_id: str | None = None) -> CheckOutcome:
     """One gate check of one source, reading only the store it needs: the Dagster asset checks run
-    one at a time, each right after its asset, and five full gathers per source cost ~1 s a build."""
+    one at a time, each right after its asset, and a full gather per check would read every store
+    five times a source (docs/performance.md#publishing)."""
     layout = SourceLayout(settings, spec.id)
     if name == "markers_committed":
         opener = {"qdrant": open_qdrant, "fts": open_fts, "neo4j": open_neo4j}[store]
@@ -79,9 +80,9 @@ def lagging_sources(settings: Settings, specs: list[SourceSpec]) -> dict[str, st
     """Sources whose stores do not hold their current chunk set (a store lost data or was wiped by
     hand, or a write died): source id -> why. A build rebuilds them before publishing instead of
     failing the gate, since nothing in their files changed to trigger them. Markers only: a wiped
-    store or a dead writer leaves a missing or uncommitted marker, and reading three markers costs
-    milliseconds where counting every store took ~1 s of each incremental build (the publish gate
-    still reconciles the counts)."""
+    store or a dead writer leaves a missing or uncommitted marker, and three markers are cheap
+    where counting every store weighed on each incremental build (the publish gate still
+    reconciles the counts; docs/performance.md#publishing)."""
     if not specs:
         return {}
     with open_qdrant(settings) as qdrant, open_fts(settings) as fts, open_neo4j(settings) as neo:
