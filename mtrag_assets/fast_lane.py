@@ -20,11 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import dagster as dg
-from dagster._core.events import DagsterEvent, DagsterEventType
-from dagster._core.instance.utils import RUNLESS_JOB_NAME
-from dagster._core.definitions.data_version import (CODE_VERSION_TAG, DATA_VERSION_IS_USER_PROVIDED_TAG,
-                                                    DATA_VERSION_TAG, get_input_data_version_tag,
-                                                    get_input_event_pointer_tag)
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.ingest.sources import SourceSpec
@@ -36,6 +31,9 @@ from mtrag_resources.core.task_graph import Task, run_graph
 from mtrag_resources.stores.connect import keep_neo4j_drivers, open_neo4j, shared_stores, sharing_stores
 
 from mtrag_assets.canonical_graph import canonical_graph
+from mtrag_assets.dagster_private import (CODE_VERSION_TAG, DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG,
+                                         get_input_data_version_tag, get_input_event_pointer_tag,
+                                         report_check_evaluation)
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import GLOBAL_ASSETS, PARTITIONED_ASSETS
 from mtrag_assets.policies import BATCH_TAG, PLANE_TAG
@@ -295,15 +293,12 @@ def record(settings: Settings, specs: list[SourceSpec], batch: Batch) -> int:
     written = 0
     for key, partition, result in batch.events:
         if isinstance(result, dg.AssetCheckResult):
-            # Under the batch's id, not as a runless event: Dagster 1.13 keeps one runless
-            # evaluation per check and partition (a unique index on asset, check, run id and
-            # partition), so a second batch's would be refused.
+            # Under the batch's id: Dagster 1.13 keeps one runless evaluation per check and
+            # partition, so a second batch's would be refused (dagster_private says why).
             evaluation = dg.AssetCheckEvaluation(
                 asset_key=key.asset_key, check_name=key.name, passed=result.passed, metadata=result.metadata,
                 severity=result.severity, description=result.description, blocking=True, partition=partition)
-            instance.report_dagster_event(DagsterEvent(
-                event_type_value=DagsterEventType.ASSET_CHECK_EVALUATION.value, event_specific_data=evaluation,
-                job_name=RUNLESS_JOB_NAME), run_id=batch.batch_id)
+            report_check_evaluation(instance, evaluation, run_id=batch.batch_id)
             written += 1
             continue
         tags = {**batch.tags, CODE_VERSION_TAG: code_versions[key] or "",

@@ -1,5 +1,4 @@
 import dagster as dg
-from dagster._core.execution.context.invocation import DirectAssetExecutionContext
 from pydantic import Field
 
 from mtrag_resources.core.versions import CODE_VERSIONS
@@ -43,12 +42,10 @@ def golden_metadata(record: dict) -> dict:
 
 
 def _run_id(context) -> str:
-    """The run's id; a fast-lane batch (the asset invoked directly, no run) names its batch. A
-    direct invocation's tags are its op context's (AssetExecutionContext.run_tags is deprecated,
-    and `context.run` exists only in a run)."""
-    if isinstance(context, DirectAssetExecutionContext):
-        return context.op_execution_context.run_tags.get(BATCH_TAG, "")
-    return context.run.tags.get(BATCH_TAG) or context.run.run_id
+    """The run's id; a fast-lane batch (the asset invoked directly, no run) names its batch. The
+    op context's tags are the run's in a run and the invocation's in a direct one
+    (AssetExecutionContext.run_tags is deprecated, and `context.run` exists only in a run)."""
+    return context.op_execution_context.run_tags.get(BATCH_TAG) or context.run.run_id
 
 
 @dg.asset(

@@ -27,12 +27,11 @@ import tempfile
 import threading
 from collections import OrderedDict
 
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
-from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
-from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS, create_db_conn_string
 from sqlalchemy import create_engine, event
 from sqlalchemy.pool import NullPool, QueuePool
+
+from mtrag_assets.dagster_private import (INDEX_SHARD_NAME, SQLITE_BUSY_TIMEOUT_SECONDS, SqliteEventLogStorage,
+                                          SqliteRunStorage, SqliteScheduleStorage, create_db_conn_string)
 
 _ATTR = "_mtrag_engines"
 MAX_FILES = 8

@@ -26,6 +26,7 @@ from mtrag_resources.ingest.sources import SourceConfigError, SourceSpec
 from mtrag_resources.publish.views import lagging_sources
 from mtrag_resources.stores.connect import shared_qdrant
 
+from mtrag_assets import dagster_private
 from mtrag_assets.checks import ALL_CHECKS
 from mtrag_assets.definitions import ALL_ASSETS, GLOBAL_ASSETS, PARTITIONED_ASSETS
 from mtrag_assets.instance_engines import reuse_sqlite_engines
@@ -226,31 +227,14 @@ REPOSITORY = "__repository__"
 def remote_job_origin(job_name: str):
     """The origin a run launched from the UI would carry for `job_name`. An in-process run has
     none, and the Overview timeline leaves out every run without one."""
-    from dagster._core.remote_origin import (ManagedGrpcPythonEnvCodeLocationOrigin, RemoteJobOrigin,
-                                             RemoteRepositoryOrigin)
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-    target = LoadableTargetOrigin(executable_path=sys.executable, module_name=CODE_LOCATION,
-                                  working_directory=str(Path(__file__).resolve().parents[1]))
-    location = ManagedGrpcPythonEnvCodeLocationOrigin(loadable_target_origin=target, location_name=CODE_LOCATION)
-    return RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(location, REPOSITORY), job_name=job_name)
+    return dagster_private.remote_job_origin(job_name, CODE_LOCATION, str(Path(__file__).resolve().parents[1]),
+                                             REPOSITORY, sys.executable)
 
 
-@contextmanager
 def runs_with_origin(instance: dg.DagsterInstance, job_name: str):
     """Runs `instance` creates meanwhile carry the code location's origin for `job_name` (and so
     its `dagster/code_location` tag), as if launched from the UI; execute_in_process takes none."""
-    original = instance.create_run_for_job
-    origin = remote_job_origin(job_name)
-
-    def create_run_for_job(*args, **kwargs):
-        kwargs.setdefault("remote_job_origin", origin)
-        return original(*args, **kwargs)
-
-    instance.create_run_for_job = create_run_for_job
-    try:
-        yield
-    finally:
-        instance.__dict__.pop("create_run_for_job", None)
+    return dagster_private.runs_with_origin(instance, remote_job_origin(job_name))
 
 
 def cli_definitions(resources: dict) -> dg.Definitions:

@@ -171,9 +171,8 @@ def _schema(path) -> dict:
 
 @pytest.mark.integration
 def test_new_run_shards_are_written_from_a_template_equal_to_what_dagster_makes(tmp_path, monkeypatch):
-    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
-
     from mtrag_assets import instance_engines
+    from mtrag_assets.dagster_private import SqliteEventLogStorage
 
     # What Dagster itself makes of a new run shard, in a storage without kept engines.
     plain = SqliteEventLogStorage(str(tmp_path / "plain"))

@@ -1,5 +1,6 @@
 """The house rules that keep mtrag's layers apart: import-linter's contracts (.importlinter), the
-CLI's query path free of Dagster, and one declared place for every environment variable."""
+CLI's query path free of Dagster, Dagster's private modules only through one module, and one
+declared place for every environment variable."""
 from __future__ import annotations
 
 import ast
@@ -44,6 +45,37 @@ def test_query_and_serve_paths_do_not_import_dagster(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
     assert result["dagster"] == []
+
+
+DAGSTER_PRIVATE = REPO / "mtrag_assets" / "dagster_private.py"
+
+
+def _private_dagster_uses(path: Path) -> list[str]:
+    """Imports of `dagster._...` in a module, and any other mention of it (a string handed to
+    importlib, an attribute path): what `grep "dagster\\._"` finds, comments aside."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = re.findall(r"\bdagster\._\w*", node.value)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in ("dagster", "dg") and node.attr.startswith("_"):
+            names = [f"dagster.{node.attr}"]
+        found += [f"{path.relative_to(REPO)}:{node.lineno}: {n}" for n in names if n.startswith("dagster._")]
+    return found
+
+
+def test_only_dagster_private_uses_dagster_internals():
+    """Dagster's private modules are used in mtrag_assets/dagster_private.py alone, where each says
+    which public API is missing and tests/test_dagster_private.py checks it."""
+    uses = [u for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py")) if p != DAGSTER_PRIVATE
+            for u in _private_dagster_uses(p)]
+    assert uses == []
+    assert _private_dagster_uses(DAGSTER_PRIVATE)  # the check finds what it looks for
 
 
 def _environment_reads(path: Path) -> list[str]:
