@@ -130,3 +130,24 @@ def test_sqlite_storages_have_what_the_kept_engines_replace(instance):
         with storage.connect() as conn:
             assert conn.execute(text("select 1")).scalar() == 1
     assert isinstance(private.SQLITE_BUSY_TIMEOUT_SECONDS, (int, float))
+
+
+@pytest.mark.integration  # a Dagster instance
+def test_the_manifest_names_the_batch_when_invoked_directly_and_the_run_in_a_run(instance):
+    """index_manifest's run id through public context properties alone (no isinstance check on
+    Dagster's private direct-invocation context): a fast-lane batch's tag, else the run's id."""
+    from mtrag_assets.index_manifest import _run_id
+    from mtrag_assets.policies import BATCH_TAG
+
+    direct = dg.build_asset_context(run_tags={BATCH_TAG: "watch-1"}, instance=instance)
+    assert _run_id(direct) == "watch-1"
+    seen = {}
+
+    @dg.asset
+    def manifest_like(context):
+        seen[context.run.tags.get(BATCH_TAG, "")] = _run_id(context)
+
+    plain = dg.materialize([manifest_like], instance=instance)
+    tagged = dg.materialize([manifest_like], instance=instance, tags={BATCH_TAG: "watch-2"})
+    assert seen == {"": plain.run_id, "watch-2": "watch-2"}
+    assert tagged.run_id != "watch-2"
