@@ -198,11 +198,11 @@ class _Graph:
                             ("click.core.Group.command", ":meth:`~Group.command`")],
              "p-elsewhere": [("click.core.Context", ":class:`Context`")]}
 
-    def bridge(self, chunk_ids: list[str]) -> list[dict]:
+    def bridge(self, chunk_ids: list[str], source_ids=None) -> list[dict]:
         return [dict(self._row(symbol, text), from_chunk_id=c, evidence={"text": text})
                 for c in chunk_ids for symbol, text in self.EDGES.get(c, [])]
 
-    def resolved_references(self, texts: list[str]) -> list[dict]:
+    def resolved_references(self, texts: list[str], source_ids=None) -> list[dict]:
         return [dict(self._row(symbol, text), text=text)
                 for edges in self.EDGES.values() for symbol, text in edges if text in texts]
 

@@ -55,7 +55,12 @@ ENVIRONMENT: dict[str, Variable] = {
     "MTRAG_DAGSTER_PG_URL": Variable("unset (SQLite files under DAGSTER_HOME)",
                                      "postgresql://user:password@host:port/db: the Dagster instance's run, "
                                      "event-log and schedule storage in PostgreSQL"),
-    "MTRAG_API_KEY": Variable("none", "required by `mtrag serve` for binds other than loopback"),
+    "MTRAG_API_KEY": Variable("none", "required by `mtrag serve` for binds other than loopback (or a keys "
+                                      "file); reads every source"),
+    "MTRAG_API_KEYS_FILE": Variable("none", "a YAML file of team keys (name, key_sha256, sources): each key "
+                                            "reads only its team's sources"),
+    "MTRAG_MCP_KEY_NAME": Variable("none", "the keys file entry whose sources `mtrag mcp` answers from "
+                                           "(none: every source)"),
     "MTRAG_HTTP_READ_DEADLINE_S": Variable("10", "seconds `mtrag serve` gives a request to send its head and "
                                                  "body; a slower one gets a 408 and is closed"),
     "MTRAG_HTTP_CONNECTIONS_PER_CLIENT": Variable("16", "connections of one client address (an IPv6 /64) "

@@ -71,7 +71,8 @@ def _doc_hit_entries(neo, fts, manifest: dict, doc_hits: list[dict], state: Gate
     looks inside any section that shows them), and no guess: its references are the section's."""
     by_doc: dict[str, list[dict]] = {}
     if neo is not None and doc_hits:
-        for b in neo.bridge([h["chunk_id"] for h in doc_hits]):
+        # a scoped query's edges to other sources are left in the graph, not cut from its answer
+        for b in neo.bridge([h["chunk_id"] for h in doc_hits], source_ids=None if scope is None else sorted(scope)):
             by_doc.setdefault(b["from_chunk_id"], []).append(b)
     entries: list[dict] = []
     proposals: list[dict] = []
@@ -100,7 +101,7 @@ def _built_targets(neo, texts: list[str], scope: set[str] | None) -> dict[str, d
     reference (VERIFIED); a text resolved to several (a relative name under two modules) is left out."""
     full = {t[:EVIDENCE_TEXT_CHARS]: t for t in texts}
     by_text: dict[str, list[dict]] = {}
-    for row in neo.resolved_references(list(full)):
+    for row in neo.resolved_references(list(full), source_ids=None if scope is None else sorted(scope)):
         if row.get("confidence") == "VERIFIED" and (scope is None or row.get("source_id") in scope):
             by_text.setdefault(row["text"], []).append(row)
     return {full[t]: rows[0] for t, rows in by_text.items() if t in full and len({r["symbol"] for r in rows}) == 1}

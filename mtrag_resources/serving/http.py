@@ -5,7 +5,9 @@ Stdlib ThreadingHTTPServer: small, no extra dependency, and every limit is expli
 size, one deadline to read a request's head and body, the connections one client address is served
 on at once (serving/http_limits.py), loopback by default, an API key (compared in constant time)
 required for any other bind. GET /healthz needs no key (a probe cannot send one; it says only
-`{"ok": true}`).
+`{"ok": true}`). A team's key (MTRAG_API_KEYS_FILE, serving/api_keys.py) reads only its team's
+sources: its queries, paths and status are answered by the reader scoped to them, where another
+team's source id is as unknown as one never published and its symbols are "no such symbol".
 
 Every error is a JSON body `{"error": {"code", "message", "field"?}}` with the status HTTP defines
 for it: 400 a body that is not JSON, or a query whose `sources` names an id the published
@@ -20,7 +22,6 @@ published generation cannot be served (a manifest or store cannot be read), 500 
 status, milliseconds."""
 from __future__ import annotations
 
-import hmac
 import io
 import ipaddress
 import json
@@ -37,6 +38,7 @@ from mtrag_resources.core.errors import BusyError, ConfigError, MtragError
 from mtrag_resources.core.unicode_text import may_hold_surrogates, without_lone_surrogates
 from mtrag_resources.stores.contract import is_store_failure
 from mtrag_resources.serving import http_limits, openapi
+from mtrag_resources.serving.api_keys import ApiKeys
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
 from mtrag_resources.serving.requests import (KINDS, MAX_K, MODES, PATH_RELATIONS, UnknownSource, UnknownSymbol,
                                               check_known_symbols, check_sources, validate_text)
@@ -246,7 +248,9 @@ def _discard_input(sock: socket.socket, seconds: float) -> None:
 
 
 def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S,
-                 read_deadline: float = http_limits.READ_DEADLINE_S):
+                 read_deadline: float = http_limits.READ_DEADLINE_S, keys: ApiKeys | None = None):
+    """`keys`: the keys accepted (None: `api_key` alone, when given)."""
+    keys = keys if keys is not None else ApiKeys(api_key)
     max_hops_limit = getattr(reader, "max_hops_limit", openapi.MAX_HOPS)
     document = json.dumps(openapi.document(max_hops_limit)).encode("utf-8")
 
@@ -327,14 +331,13 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
                 raise exc
             self._send(err.http_status, err.body(), err.headers)
 
-        def _authorized(self) -> bool:
-            if not api_key:
-                return True
+        def _principal(self):
+            """Who the request's key is (api_keys.Principal), or None: no or a wrong key."""
             given = self.headers.get("X-API-Key") or ""
             bearer = _authorization_token(self.headers.get("Authorization") or "")
             if bearer is not None:
                 given = bearer
-            return hmac.compare_digest(given.encode(), api_key.encode())
+            return keys.authenticate(given)
 
         def _body(self) -> dict:
             length = self.headers.get("Content-Length")
@@ -365,7 +368,8 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
             path = self.path.split("?", 1)[0]
             methods = ROUTES.get(path)
             # liveness is open to a probe that cannot send a key; it says nothing but `{"ok": true}`
-            if path != "/healthz" and not self._authorized():
+            principal = self._principal() if path != "/healthz" else None
+            if path != "/healthz" and principal is None:
                 raise HttpError(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
             if methods is None:
                 raise HttpError(404, f"no route {self.command[:20]} {self.path[:100]}")
@@ -377,15 +381,17 @@ def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIM
                 return self._send(200, {"ok": True})
             if path == "/openapi.json":
                 return self._send(200, document)
+            # a team's key is answered by the reader scoped to its sources (reader.ScopedReader)
+            answering = reader if principal.sources is None else reader.scoped(principal.sources)
             if path == "/v1/status":
-                return self._send(200, reader.status())
+                return self._send(200, answering.status())
             body = self._body()
             if path == "/v1/query":
-                return self._send(200, reader.query(**query_args(body)))
+                return self._send(200, answering.query(**query_args(body)))
             args = paths_args(body, max_hops_limit)
-            answer = reader.paths(args["from_name"], args["to_name"], args["rel_types"], args["direction"],
-                                  args["max_hops"], args["verified_only"], args["limit"])
-            check_known_symbols(reader, answer, {"from": args["from_name"], "to": args["to_name"]})
+            answer = answering.paths(args["from_name"], args["to_name"], args["rel_types"], args["direction"],
+                                     args["max_hops"], args["verified_only"], args["limit"])
+            check_known_symbols(answering, answer, {"from": args["from_name"], "to": args["to_name"]})
             return self._send(200, answer)
 
         def _dispatch(self) -> None:
@@ -461,12 +467,16 @@ class Server(ThreadingHTTPServer):
 
 def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None,
                 socket_timeout: float = SOCKET_TIMEOUT_S, read_deadline: float = http_limits.READ_DEADLINE_S,
-                connections_per_client: int = http_limits.CONNECTIONS_PER_CLIENT) -> Server:
-    if not _is_loopback(host) and not api_key:
-        raise UnsafeBind(f"refusing to bind {host}: set MTRAG_API_KEY to serve beyond loopback")
+                connections_per_client: int = http_limits.CONNECTIONS_PER_CLIENT,
+                keys: ApiKeys | None = None) -> Server:
+    """`keys`: the keys accepted, team keys included (None: `api_key` alone, when given)."""
+    keys = keys if keys is not None else ApiKeys(api_key)
+    if not _is_loopback(host) and not keys.required:
+        raise UnsafeBind(f"refusing to bind {host}: set MTRAG_API_KEY or MTRAG_API_KEYS_FILE to serve beyond "
+                         "loopback")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     Server.address_family = family
-    return Server((host, port), make_handler(reader, api_key, socket_timeout, read_deadline),
+    return Server((host, port), make_handler(reader, api_key, socket_timeout, read_deadline, keys),
                   connections_per_client)
 
 
@@ -475,8 +485,9 @@ def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None
     than left to their dispositions: a server started under a parent that ignores them (a
     non-interactive shell's background job, some supervisors) would otherwise outlive every stop by
     its pid."""
+    keys = ApiKeys.from_env(api_key)  # a bad keys file is refused before the port is bound
     server = make_server(reader, host, port, api_key, read_deadline=http_limits.read_deadline_from_env(),
-                         connections_per_client=http_limits.connections_per_client_from_env())
+                         connections_per_client=http_limits.connections_per_client_from_env(), keys=keys)
     if threading.current_thread() is threading.main_thread():
         def stop(signum, frame) -> None:
             # shutdown() waits for serve_forever to end, so not from the thread that runs it; a
@@ -485,7 +496,9 @@ def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, stop)
-    print(f"mtrag serving on http://{host}:{server.server_address[1]} (POST /v1/query, GET /v1/status)", flush=True)
+    teams = f"; team keys: {', '.join(p.name for p in keys.teams)}" if keys.teams else ""
+    print(f"mtrag serving on http://{host}:{server.server_address[1]} (POST /v1/query, GET /v1/status{teams})",
+          flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -10,6 +10,12 @@ query embedder is not the generation's: EmbedderMismatch; a `paths` symbol the g
 hold: UnknownSymbol; any MtragError) is a tool error (`isError`) carrying the message, and so is an unexpected failure (its traceback goes to
 stderr); the server keeps serving.
 
+A stdio server has no request to carry a key: the process is bound to one team by
+MTRAG_MCP_KEY_NAME, the name of an entry of MTRAG_API_KEYS_FILE (serving/api_keys.py), and then
+answers exactly as `mtrag serve` answers that team's key (reader.ScopedReader): its sources only.
+It binds what the tools answer, not what the process may read: whoever runs it with the home's
+files can read them all.
+
 Reader calls run in worker threads (the reader is thread-safe), so a slow query does not stall
 the protocol. Imports neither Dagster nor the application: `mtrag mcp` starts in about a second
 and loads the embedding model on the first `search`."""
@@ -25,7 +31,9 @@ import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from mtrag_resources.core.errors import MtragError
+from mtrag_resources.core.config import env
+from mtrag_resources.core.errors import ConfigError, MtragError
+from mtrag_resources.serving.api_keys import ApiKeys
 from mtrag_resources.serving.requests import (DEFAULT_PATH_RELATIONS, KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES,
                                              PATH_RELATIONS, QueryError, check_known_symbols)
 
@@ -289,6 +297,17 @@ def _version() -> str:
         return "0"
 
 
+def team_reader(reader):
+    """`reader` scoped to the team MTRAG_MCP_KEY_NAME names (unset: `reader`, every source);
+    ConfigError for a name the keys file does not hold."""
+    name = env("MTRAG_MCP_KEY_NAME")
+    if not name:
+        return reader
+    if not env("MTRAG_API_KEYS_FILE"):
+        raise ConfigError(f"MTRAG_MCP_KEY_NAME {name[:80]!r} names a team key, but MTRAG_API_KEYS_FILE is not set")
+    return reader.scoped(ApiKeys.from_env().team(name).sources)
+
+
 async def _serve_stdio(reader) -> None:
     server = make_server(reader)
     async with stdio_server() as (read_stream, write_stream):
@@ -296,9 +315,10 @@ async def _serve_stdio(reader) -> None:
 
 
 def serve_stdio(reader) -> None:
-    """Serve MCP on this process's stdin/stdout until the client closes stdin; closes `reader`."""
+    """Serve MCP on this process's stdin/stdout until the client closes stdin, as the team
+    MTRAG_MCP_KEY_NAME names if set; closes `reader`."""
     try:
-        anyio.run(_serve_stdio, reader)
+        anyio.run(_serve_stdio, team_reader(reader))
     except KeyboardInterrupt:
         pass
     finally:

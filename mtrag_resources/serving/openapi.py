@@ -75,8 +75,9 @@ SCHEMAS: dict[str, dict] = {
                     "description": f"Only these published sources (1 to {MAX_SOURCES} source ids of the "
                                    "published generation's manifest; duplicates are collapsed): every channel - "
                                    "dense, full-text, exact, the doc -> code bridge, paths, bundles - reads only "
-                                   "them. Absent or null: every published source. An id the generation does not "
-                                   "hold is a 400 (`unknown_source`, field `sources`) that lists the known ones."},
+                                   "them. Absent or null: every published source (a team's key: every source of "
+                                   "its team). An id the generation does not hold, or another team's, is a 400 "
+                                   "(`unknown_source`, field `sources`) that lists the ones the key may read."},
     }, [], "Exactly one of `text` and `query`.", extra=False) | {
         "oneOf": [{"required": ["text"], "not": {"required": ["query"]}},
                   {"required": ["query"], "not": {"required": ["text"]}}]},
@@ -209,8 +210,9 @@ DOCUMENT: dict = {
         "/v1/query": {"post": _post("query", "Search code and docs (the JSON of `mtrag query --json`)",
                                     "QueryRequest", "Answer",
                                     {"400": _error("The body is not JSON, or `sources` names a source the "
-                                                   "published generation does not hold (code `unknown_source`, "
-                                                   "field `sources`; the message lists the known ones)."),
+                                                   "published generation does not hold or the key may not read "
+                                                   "(code `unknown_source`, field `sources`; the message lists "
+                                                   "the ones it may)."),
                                      "409": _error("The query embedder does not match the published generation's "
                                                    "(code `embedder_mismatch`).")})},
         "/v1/paths": {"post": _post("paths", "Verified graph paths from a symbol", "PathsRequest", "PathsAnswer")},

@@ -583,19 +583,25 @@ class ReaderCore:
         by committing its 'begin' marker, so equal markers mean the reads saw the gated graph."""
         return state.graph_markers is not None and self._graph_markers() == state.graph_markers
 
-    def status(self) -> dict:
+    def status(self, visible: frozenset[str] | None = None) -> dict:
+        """The published generation, each store's marker per source and the stale channels;
+        `visible` (a team's sources, serving/api_keys.py): only what those sources show, and
+        nothing of the fast lane's or the golden gate's that names another source."""
         state = self.gate()
-        out = {"generation": state.generation, "sources": state.stores, "stale": state.stale}
         manifest = self.manifest
+        hidden = _hidden_sources(manifest, visible)
+        out = {"generation": state.generation, "sources": {s: v for s, v in state.stores.items() if s not in hidden},
+               "stale": _without(state.stale, hidden)}
         quality = (manifest or {}).get("quality") if state.generation is not None else None
         if quality:  # the published generation's golden figures (publish/golden.py)
             out["quality"] = {k: quality.get(k) for k in ("recall", "recalled", "queries", "baseline",
                                                            "accepted_drop")}
         fast_lane = batch_summary(last_batch(self.settings))
-        if fast_lane:  # the last batch `mtrag watch` applied (publish/journal.py)
-            out["fast_lane"] = fast_lane
+        if fast_lane and not hidden.intersection(fast_lane.get("sources") or ()):
+            out["fast_lane"] = fast_lane  # the last batch `mtrag watch` applied (publish/journal.py)
         refusal = load_refusal(self.settings.quality_refusal)
-        if refusal and refusal.get("published_generation") == state.generation:
+        # the golden gate's refusal names the queries and hits of every source: not a team's to read
+        if refusal and refusal.get("published_generation") == state.generation and visible is None:
             out["quality_refused"] = refusal  # the last candidate the golden gate refused, until a publish
         return out
 
@@ -658,15 +664,20 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ query
     def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid",
-              sources: list[str] | None = None) -> dict:
+              sources: list[str] | None = None, visible: frozenset[str] | None = None) -> dict:
+        """`visible`: the sources a team's key may read (None: every source); the query's scope is
+        `sources` within them, and an id outside them is as unknown as one never published."""
         text = check_query(text, k, kind, mode, sources)
         # A first query that embeds has the embedder loaded beside the stores' opening (_switch);
         # one that does not (lexical, exact) would only wait for a load it never uses.
         self._dense_wanted = "dense" in MODES[mode] or mode == "bundles"
         with self._published_view():
-            return self._query(text, k, kind, mode, check_sources(sources))
+            out = self._query(text, k, kind, mode, check_sources(sources), visible)
+            out["stale"] = _without(out["stale"], _hidden_sources(self.manifest, visible))
+            return out
 
-    def _query(self, text: str, k: int, kind: str | None, mode: str, scope_ids: list[str] | None = None) -> dict:
+    def _query(self, text: str, k: int, kind: str | None, mode: str, scope_ids: list[str] | None = None,
+               visible: frozenset[str] | None = None) -> dict:
         t = {}
         out = {"generation": None, "query": text, "mode": mode, "hits": [], "bridge": [], "paths": [],
                "bundles": [], "stale": [], "channels": {},
@@ -677,7 +688,11 @@ class ReaderCore:
             return out
         # A scoped query: every channel (dense, FTS, exact, bridge, paths, bundles) reads only these
         # published sources; an id the manifest does not hold is refused before any store is read.
-        scope = None if scope_ids is None else set(check_known_sources(scope_ids, self.manifest["sources"]))
+        # A team's key (`visible`) scopes every query to its sources, and makes the others unknown.
+        readable = {s for s in self.manifest["sources"] if visible is None or s in visible}
+        scope = None if scope_ids is None else set(check_known_sources(scope_ids, readable))
+        if scope is None and visible is not None:
+            scope = readable
         # The gate's graph markers (a Neo4j round trip) and the query embedding are read beside the
         # FTS and dense searches, which need only the local stores' markers; the graph markers are
         # joined before the first graph read, so "markers before == markers after" still brackets it.
@@ -778,7 +793,8 @@ class ReaderCore:
         mode given a sentence or an unknown name, or words neither the index nor the dictionary knows."""
         sources = {s: e for s, e in self.manifest["sources"].items()
                    if (scope is None or s in scope) and (kind is None or e["kind"] == kind)}
-        where = f"the sources {sorted(scope)}" if scope is not None else "the published sources"
+        where = f"the sources {sorted(scope)}" if scope else "the published sources" if scope is None \
+            else "the sources this API key may read"
         if not sources:
             return f"{where} hold no source of kind {kind!r}" if kind else f"{where} hold no source"
         if all(state.is_stale(s, "fts") and state.is_stale(s, "qdrant") for s in sources):
@@ -978,20 +994,24 @@ class ReaderCore:
                     graph_ids = row.get("graph_ids") or []
                     graph_ids = json.loads(graph_ids) if isinstance(graph_ids, str) else graph_ids
                     anchors = [g for g in graph_ids if _node_source({"node_id": g}) in scope] or anchors
+                # the graph itself keeps to the scope: other sources' paths take none of the limit
                 paths = neo.paths(anchors, rel_types=["CALLS"], direction="out", max_hops=2,
-                                  verified_only=True, limit=5, hard_max_hops=self.max_hops_limit)
+                                  verified_only=True, limit=5, hard_max_hops=self.max_hops_limit,
+                                  source_ids=None if scope is None else sorted(scope))
                 if scope is not None:
                     paths = [p for p in paths if all(_node_source(n) in scope for n in p["nodes"])]
                 return paths
         return []
 
     def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
-              direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10) -> dict:
+              direction: str = "out", max_hops: int = 4, verified_only: bool = True, limit: int = 10,
+              visible: frozenset[str] | None = None) -> dict:
+        """`visible`: a team's sources; only paths whose every node is of them, asked of the graph."""
         from_name, to_name = check_paths(from_name, to_name, rel_types, direction, max_hops, self.max_hops_limit)
         with self._published_view():
             state = self._gate_now()
             out = {"generation": state.generation, "from": from_name, "to": to_name, "paths": [],
-                   "stale": list(state.stale)}
+                   "stale": _without(state.stale, _hidden_sources(self.manifest, visible))}
             neo = self._neo4j
             if state.generation is None or neo is None:
                 return out
@@ -1000,7 +1020,7 @@ class ReaderCore:
             paths = neo.paths([from_name], [to_name] if to_name else None,
                               rel_types=rel_types or list(DEFAULT_PATH_RELATIONS), direction=direction,
                               max_hops=max_hops, verified_only=verified_only, limit=limit,
-                              hard_max_hops=self.max_hops_limit)
+                              hard_max_hops=self.max_hops_limit, source_ids=self._readable_ids(visible))
             # Fail closed: a path touching a source whose graph is not the published one is dropped.
             published = set(self.manifest["sources"])
             out["paths"] = [p for p in paths
@@ -1011,11 +1031,17 @@ class ReaderCore:
                 out["stale"].append(GRAPH_MOVED)
             return out
 
-    def symbol_lookup(self, name: str, limit: int = 5) -> dict:
+    def _readable_ids(self, visible: frozenset[str] | None) -> list[str] | None:
+        """The published sources a team's key may read, sorted (a bound `IN` list); None: every source."""
+        return None if visible is None else sorted(s for s in self.manifest["sources"] if s in visible)
+
+    def symbol_lookup(self, name: str, limit: int = 5, visible: frozenset[str] | None = None) -> dict:
         """Is `name` a symbol of the published generation (a graph entity by node id, qualified
         name or name; without the graph, an FTS `symbol` alias)? And the nearest symbol names:
         the FTS store's last-part matches, then an FTS search of code chunks (at most `limit`).
-        `{"generation", "known", "nearest"}`; `known` is None when nothing is published."""
+        `{"generation", "known", "nearest"}`; `known` is None when nothing is published.
+        `visible` (a team's sources): another source's symbol is as unknown as one never written,
+        and is never named among the nearest."""
         name = validate_text(name, "symbol")
         with self._published_view():
             state = self._gate_now()
@@ -1023,24 +1049,25 @@ class ReaderCore:
             if state.generation is None or self._fts is None:
                 return out
             neo = self._neo4j
+            ids = self._readable_ids(visible)
             known = None
             if neo is not None:
                 try:
-                    known = bool(neo.resolve_anchors([name], limit=1))
+                    known = bool(neo.resolve_anchors([name], limit=1, source_ids=ids))
                 except Exception:  # noqa: BLE001 - the FTS store answers instead
                     known = None
-            exact = self._fts.exact(name, k=50)
+            exact = self._fts.exact(name, k=50, source_ids=ids)
             if known is None:
                 known = any(e["match"] == "exact" and e["alias_kind"] in ("symbol", "graph_id") for e in exact)
             # candidates: same last part, then an FTS search of code; ranked by likeness to the name
             last_part = [e["symbol"] for e in exact if e.get("symbol")]
-            hits = self._fts.search(name, k=50, source_kind="code")
+            hits = self._fts.search(name, k=50, source_kind="code", source_ids=ids)
             rows = self._fts.get_chunks([h["chunk_id"] for h in hits])
             found = [(rows.get(h["chunk_id"]) or {}).get("symbol") for h in hits]
             candidates = [c for c in dict.fromkeys(last_part + found) if c and c != name]
             nearest = sorted(candidates, key=lambda c: -difflib.SequenceMatcher(None, name, c).ratio())[:limit]
             if len(nearest) < limit:  # nothing alike by words: the closest spellings of every symbol
-                others = [c for c in self._fts.symbol_names() if c != name and c not in nearest]
+                others = [c for c in self._fts.symbol_names(source_ids=ids) if c != name and c not in nearest]
                 nearest += difflib.get_close_matches(name, others, n=limit - len(nearest), cutoff=0.0)
             out.update(known=known, nearest=nearest)
             return out
@@ -1084,6 +1111,18 @@ def _with_vector_kind(fp: dict) -> dict:
     index built by the other; int8 vectors are another kind."""
     backend = fp.get("backend") or "torch"
     return {**fp, "vectors": backend if backend.startswith("onnx-int8") else "fp32"}
+
+
+def _hidden_sources(manifest: dict | None, visible: frozenset[str] | None) -> set[str]:
+    """The published sources a team's key may not read (none for an unscoped reader)."""
+    if visible is None or not manifest:
+        return set()
+    return {s for s in manifest["sources"] if s not in visible}
+
+
+def _without(stale: list[dict], hidden: set[str]) -> list[dict]:
+    """The stale entries that name no hidden source (`*` and the links projection stay)."""
+    return [e for e in stale if e["source"] not in hidden] if hidden else list(stale)
 
 
 def _node_source(node: dict) -> str:
@@ -1150,6 +1189,47 @@ class IndexReader:
         `Status`."""
         return Status.from_dict(self._core().status())
 
+    def scoped(self, sources) -> "ScopedReader":
+        """This reader answering for one team: only `sources` (a team key's, serving/api_keys.py)."""
+        return ScopedReader(self, sources)
+
     def close(self) -> None:
         if self._core_state is not None:
             self._core_state.close()
+
+
+class ScopedReader:
+    """An IndexReader that answers only from `sources` (a team key's source ids, published or
+    not yet): every query is scoped to them in the stores themselves (a request's own `sources`
+    narrow it further; an id outside them is refused as unknown, exactly as an id never
+    published, and the known ones listed are only these), paths and symbol lookups read only
+    their graph nodes and aliases (another team's symbol is "no such symbol"), and status lists
+    only them. Shares the reader's stores: one per team costs nothing."""
+
+    def __init__(self, reader: IndexReader, sources):
+        self._reader = reader
+        self.sources = frozenset(sources)
+        self.max_hops_limit = reader.max_hops_limit
+
+    def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid",
+              sources: list[str] | None = None) -> Answer:
+        return Answer.from_dict(self._reader._core().query(text, k=k, kind=kind, mode=mode, sources=sources,
+                                                           visible=self.sources))
+
+    def paths(self, from_name: str, to_name: str | None = None, rel_types: list[str] | None = None,
+              direction: str = "out", max_hops: int = 4, verified_only: bool = True,
+              limit: int = 10) -> PathsAnswer:
+        return PathsAnswer.from_dict(self._reader._core().paths(from_name, to_name, rel_types, direction, max_hops,
+                                                                verified_only, limit, visible=self.sources))
+
+    def symbol_lookup(self, name: str, limit: int = 5) -> dict:
+        return self._reader._core().symbol_lookup(name, limit, visible=self.sources)
+
+    def status(self) -> Status:
+        return Status.from_dict(self._reader._core().status(visible=self.sources))
+
+    def watch_current(self, interval: float = SWITCH_POLL_S) -> None:
+        self._reader.watch_current(interval)
+
+    def close(self) -> None:
+        self._reader.close()

@@ -705,11 +705,16 @@ class FtsStore:
                                     "match": "last_part", "symbol": r["symbol"]})
         return out[:k]
 
-    def symbol_names(self, limit: int = 200_000) -> list[str]:
-        """The distinct code symbols of the stored chunks (at most `limit`), sorted."""
+    def symbol_names(self, limit: int = 200_000, source_ids: Sequence[str] | None = None) -> list[str]:
+        """The distinct code symbols of the stored chunks (at most `limit`), sorted; `source_ids`:
+        only those of these sources."""
+        if source_ids is not None and not source_ids:
+            return []
+        in_sources = "" if source_ids is None else f" AND source_id IN ({', '.join('?' * len(source_ids))})"
         with self._read() as conn:
             return [r["symbol"] for r in conn.execute(
-                "SELECT DISTINCT symbol FROM chunks WHERE symbol != '' AND source_kind = 'code' ORDER BY symbol LIMIT ?", (int(limit),))]
+                f"SELECT DISTINCT symbol FROM chunks WHERE symbol != '' AND source_kind = 'code'{in_sources} "
+                "ORDER BY symbol LIMIT ?", (*(source_ids or ()), int(limit)))]
 
     # ------------------------------------------------------------------ rows
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, dict]:

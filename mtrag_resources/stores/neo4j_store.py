@@ -944,29 +944,35 @@ class Neo4jStore:
         return {"nodes": n, "relationships": r}
 
     # -------------------------------------------------------------------------------- serving
-    def resolve_anchors(self, names: list[str], limit: int = 20) -> list[dict]:
+    def resolve_anchors(self, names: list[str], limit: int = 20,
+                        source_ids: Sequence[str] | None = None) -> list[dict]:
         """Entities (never Chunk nodes) whose node_id, qualified_name or name equals one of `names`:
-        exact node_id matches first, then qualified_name, then name."""
+        exact node_id matches first, then qualified_name, then name. `source_ids`: only entities
+        of these sources (None: every source)."""
         names = [n for n in names if isinstance(n, str) and n]
-        if not names:
+        if not names or source_ids is not None and not source_ids:
             return []
+        in_sources = "" if source_ids is None else "AND n.source_id IN $sids "
         return self._read(
             "MATCH (n:Entity) WHERE (n.node_id IN $names OR n.qualified_name IN $names OR n.name IN $names) "
-            "AND NOT n:Chunk "
+            f"AND NOT n:Chunk {in_sources}"
             "WITH n, CASE WHEN n.node_id IN $names THEN 0 WHEN n.qualified_name IN $names THEN 1 ELSE 2 END AS how "
             f"RETURN n.node_id AS node_id, {_LABEL_EXPR.format(v='n')} AS label, n.name AS name, "
             "n.qualified_name AS qualified_name, n.source_id AS source_id, n.file_path AS file_path, "
             "n.start_line AS start_line, n.end_line AS end_line, n.chunk_id AS chunk_id, "
             "['node_id', 'qualified_name', 'name'][how] AS matched "
             "ORDER BY how, n.qualified_name, n.node_id LIMIT $limit",
-            names=names, limit=int(limit))
+            names=names, limit=int(limit), sids=list(source_ids or []))
 
     def paths(self, from_names: list[str], to_names: list[str] | None = None,
               rel_types: str | Iterable[str] | None = None, direction: str = "out", max_hops: int = 4,
-              verified_only: bool = True, limit: int = 10, hard_max_hops: int = 6) -> list[dict]:
+              verified_only: bool = True, limit: int = 10, hard_max_hops: int = 6,
+              source_ids: Sequence[str] | None = None) -> list[dict]:
         """Simple paths from the entities `from_names` resolves to (to the ones `to_names` resolves
         to, if given) over the allowlisted relationship types, shortest first, each edge with its
-        evidence. verified_only: every edge VERIFIED with evidence file and hash."""
+        evidence. verified_only: every edge VERIFIED with evidence file and hash. `source_ids`:
+        only paths whose every node is of these sources, matched so (not filtered afterwards):
+        other sources' paths take none of `limit`."""
         hops = check_hops(max_hops, hard_max_hops)
         types = check_rel_types(rel_types)
         if direction not in DIRECTIONS:
@@ -974,19 +980,21 @@ class Neo4jStore:
         limit = int(limit)
         if limit < 1:
             return []
-        from_ids = [a["node_id"] for a in self.resolve_anchors(list(from_names), limit=100)]
+        from_ids = [a["node_id"] for a in self.resolve_anchors(list(from_names), limit=100, source_ids=source_ids)]
         if not from_ids:
             return []
         to_ids = None
         if to_names:
-            to_ids = [a["node_id"] for a in self.resolve_anchors(list(to_names), limit=100)]
+            to_ids = [a["node_id"] for a in self.resolve_anchors(list(to_names), limit=100, source_ids=source_ids)]
             if not to_ids:
                 return []
         out: list[dict] = []
         # shortest first: one bounded, lazily evaluated query per hop count, stopping at `limit`
         for h in range(1, hops + 1):
-            query = self._path_query(h, types, direction, verified_only, with_to=to_ids is not None)
-            rows = self._read(query, from_ids=from_ids, to_ids=to_ids or [], limit=limit - len(out))
+            query = self._path_query(h, types, direction, verified_only, with_to=to_ids is not None,
+                                     scoped=source_ids is not None)
+            rows = self._read(query, from_ids=from_ids, to_ids=to_ids or [], limit=limit - len(out),
+                              sids=list(source_ids or []))
             rows.sort(key=lambda r: [n["node_id"] for n in r["nodes"]])
             for r in rows:
                 out.append({"nodes": r["nodes"], "edges": r["edges"], "hops": h})
@@ -995,10 +1003,14 @@ class Neo4jStore:
         return out[:limit]
 
     @staticmethod
-    def _path_query(hops: int, types: list[str], direction: str, verified_only: bool, with_to: bool) -> str:
-        """The paths of exactly `hops` hops over checked `types` (paths' query for one hop count)."""
+    def _path_query(hops: int, types: list[str], direction: str, verified_only: bool, with_to: bool,
+                    scoped: bool = False) -> str:
+        """The paths of exactly `hops` hops over checked `types` (paths' query for one hop count);
+        `scoped`: every node of the path in `$sids`."""
         left, right = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}[direction]
         where = ["all(i IN range(0, size(nodes(p)) - 2) WHERE NOT nodes(p)[i] IN nodes(p)[i + 1..])"]
+        if scoped:
+            where.append("all(n IN nodes(p) WHERE n.source_id IN $sids)")
         if verified_only:
             where.append("all(r IN relationships(p) WHERE " + _VERIFIED_PRED.format(r="r") + ")")
         if with_to:
@@ -1010,22 +1022,26 @@ class Neo4jStore:
                 f"RETURN [n IN nodes(p) | {_NODE_MAP.format(v='n')}] AS nodes, "
                 f"[r IN relationships(p) | {_EDGE_MAP.format(r='r')}] AS edges")
 
-    def resolved_references(self, texts: list[str], limit: int = 200) -> list[dict]:
+    def resolved_references(self, texts: list[str], limit: int = 200,
+                            source_ids: Sequence[str] | None = None) -> list[dict]:
         """What the links resolved each reference text to wherever the docs make it: the targets of
         the MENTIONS / IMPLEMENTS edges whose evidence is that text (`:func:`~click.echo``), one row
         per text and target, VERIFIED where any such edge is. A pasted doc section's references
-        resolved as its build resolved them (module context, re-exports, bases)."""
+        resolved as its build resolved them (module context, re-exports, bases). `source_ids`: only
+        targets of these sources."""
         texts = sorted({t for t in texts if isinstance(t, str) and t})
-        if not texts:
+        if not texts or source_ids is not None and not source_ids:
             return []
+        in_sources = "" if source_ids is None else " AND t.source_id IN $sids"
         return self._read(
-            f"MATCH ()-[r:{'|'.join(BRIDGE_TYPES)}]->(t:Entity) WHERE r.evidence_text IN $texts AND NOT t:Chunk "
+            f"MATCH ()-[r:{'|'.join(BRIDGE_TYPES)}]->(t:Entity) WHERE r.evidence_text IN $texts AND NOT t:Chunk"
+            f"{in_sources} "
             "WITH r.evidence_text AS text, t, type(r) AS rel, collect(r.confidence) AS confidences "
             "RETURN text, t.qualified_name AS symbol, t.node_id AS node_id, "
             f"{_LABEL_EXPR.format(v='t')} AS label, t.source_id AS source_id, "
             "t.file_path AS file_path, t.start_line AS start_line, rel AS relation, "
             "CASE WHEN 'VERIFIED' IN confidences THEN 'VERIFIED' ELSE 'INFERRED' END AS confidence "
-            "ORDER BY text, symbol LIMIT $limit", texts=texts, limit=int(limit))
+            "ORDER BY text, symbol LIMIT $limit", texts=texts, limit=int(limit), sids=list(source_ids or []))
 
     # The graph reads a query makes by default: an exact hit's call paths (reader.py, _query_paths:
     # CALLS, out, 2 hops, verified) and the paths command's defaults (4 hops, every relation).
@@ -1049,14 +1065,17 @@ class Neo4jStore:
         return statements
 
     def bridge(self, chunk_ids: list[str], rel_types: str | Iterable[str] | None = None,
-               verified_only: bool = False, limit: int = 100) -> list[dict]:
+               verified_only: bool = False, limit: int = 100,
+               source_ids: Sequence[str] | None = None) -> list[dict]:
         """Doc -> code: from each chunk node (or the entity owning it, e.g. its Section) follow
-        MENTIONS / IMPLEMENTS to code entities."""
+        MENTIONS / IMPLEMENTS to code entities (`source_ids`: only entities of these sources)."""
         chunk_ids = [c for c in chunk_ids if isinstance(c, str) and c]
-        if not chunk_ids:
+        if not chunk_ids or source_ids is not None and not source_ids:
             return []
         types = check_rel_types(rel_types, default=BRIDGE_TYPES)
         pred = (" AND " + _VERIFIED_PRED.format(r="r")) if verified_only else ""
+        if source_ids is not None:
+            pred += " AND t.source_id IN $sids"
         return self._read(
             "UNWIND $cids AS cid MATCH (c:Chunk {chunk_id: cid}) "
             "OPTIONAL MATCH (owner:Entity)-[:HAS_CHUNK]->(c) "
@@ -1072,4 +1091,4 @@ class Neo4jStore:
             "{file: r.evidence_file, start_line: r.evidence_start, end_line: r.evidence_end, "
             "hash: r.evidence_hash, text: r.evidence_text} AS evidence "
             "ORDER BY from_chunk_id, CASE confidence WHEN 'VERIFIED' THEN 0 ELSE 1 END, symbol LIMIT $limit",
-            cids=chunk_ids, limit=int(limit))
+            cids=chunk_ids, limit=int(limit), sids=list(source_ids or []))
