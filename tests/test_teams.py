@@ -29,7 +29,7 @@ from tests.http_helpers import running_server
 A_SOURCES = {"zeta-code", "zeta-docs"}
 B_SOURCES = {"bravo-code", "bravo-docs"}
 B_COPIES = 30  # more B chunks than any channel recalls for k=1 (max(3k, 20)): a filter after recall leaves A nothing
-ADMIN_KEY, A_KEY, B_KEY = "admin-key-0", "alpha-team-key", "bravo-team-key"
+ADMIN_KEY, A_KEY, B_KEY, C_KEY = "admin-key-0", "alpha-team-key", "bravo-team-key", "charlie-team-key"
 B_IDENTIFIER = "bravo.secret.zanzibar_ledger_sync"
 B_PHRASE = "zanzibar quokka ledger reconciliation"
 B_PATH_FROM = "bravo.ledger_00.reconcile"
@@ -130,6 +130,9 @@ def write_keys_file(path: Path) -> Path:
           - name: team-b
             key_sha256: {_sha(B_KEY)}
             sources: [bravo-code, bravo-docs]
+          - name: team-c
+            key_sha256: "{_sha(C_KEY)}"
+            sources: [charlie-code]
         """))
     return path
 
@@ -256,6 +259,18 @@ def test_a_foreign_source_is_as_unknown_as_a_missing_one(teams):
 
 @pytest.mark.integration
 @pytest.mark.neo4j
+def test_a_team_with_nothing_published_yet_finds_nothing(teams):
+    for mode in MODES:
+        code, answer, raw = _call(teams["url"] + "/v1/query", C_KEY, {"text": "reconcile the ledger", "mode": mode})
+        assert code == 200 and answer["hits"] == answer["bridge"] == answer["paths"] == answer["bundles"] == []
+        assert answer["empty_reason"] == "the sources this API key may read hold no source", answer
+        assert "zeta" not in raw and _leaks(raw) == []
+    code, status, _ = _call(teams["url"] + "/v1/status", C_KEY)
+    assert code == 200 and status["sources"] == {} and status["generation"] is not None
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
 def test_status_lists_only_the_keys_sources(teams):
     code, status, raw = _call(teams["url"] + "/v1/status", A_KEY)
     assert code == 200 and set(status["sources"]) == A_SOURCES and _leaks(raw) == [], raw
@@ -318,8 +333,8 @@ def test_mcp_bound_to_a_team_answers_as_its_key(teams, monkeypatch):
     assert set(mcp.call_tool(scoped, "status", {}).structured_content["sources"]) == A_SOURCES
     refused = mcp.call_tool(scoped, "paths", {"from": B_PATH_FROM})
     assert refused.is_error and "no such symbol" in refused.content[0].text and _leaks(refused.content[0].text) == []
-    monkeypatch.setenv("MTRAG_MCP_KEY_NAME", "team-c")
-    with pytest.raises(ConfigError, match="MTRAG_MCP_KEY_NAME 'team-c'.*team-a"):
+    monkeypatch.setenv("MTRAG_MCP_KEY_NAME", "team-d")
+    with pytest.raises(ConfigError, match="MTRAG_MCP_KEY_NAME 'team-d'.*team-a"):
         mcp.team_reader(teams["reader"])
     monkeypatch.delenv("MTRAG_MCP_KEY_NAME")
     assert mcp.team_reader(teams["reader"]) is teams["reader"]
