@@ -12,7 +12,7 @@ CODE_VERSIONS = {
                         # unreadable one skipped with its reason (ingest/pdf.py); metadata `skipped_documents`;
                         # 4: a git tree's paths that leave the repository (`..`, absolute) are skipped,
                         # binary files found by their printable ratio as well as NUL bytes
-    "cas_chunks": "10",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
+    "cas_chunks": "11",  # 2: chunk rows carry `script` (cjk or empty); 3: `embed_hash` (code children's
                          # embedding text), `declaration`; overload stubs fold into their implementation;
                          # 4: every byte in some child: long module-level code, class bodies and lines
                          # windowed, complete class outlines, heading-only sections get a passage;
@@ -27,6 +27,8 @@ CODE_VERSIONS = {
                          # 9: the chunk table is bucketed by file (stores/bucketed.py), `chunks/`;
                          # 10: a doc's code spans are literals, not references (issues and HTML
                          # excepted); rST interpreted text is one under its conf.py's object default role
+                         # 11: a file gives at most `max_file_chunks` chunks, an export `max_issues` issues
+                         # (chunking/limits.py); the rest is cut and named in `files_cut`
     "canonical_graph": "5",  # 2: Endpoint nodes (`GET /login`) and ROUTES_TO edges to their handlers;
                              # 3: Issue nodes (GraphNode.properties), Issue CONTAINS its chunks, REFERENCES
                              # between issues; issues' references to code and files (`ref_kind` file);

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile, stable_id
 from mtrag_resources.core.unicode_text import may_hold_surrogates, without_lone_surrogates
 from mtrag_resources.ingest.chunking.docs import chunk_doc
+from mtrag_resources.ingest.chunking.limits import DEFAULT_MAX_ISSUES, cut_warning
 from mtrag_resources.ingest.chunking.tokens import sentence_spans
 from mtrag_resources.ingest.filetypes import CODE_LANGUAGES
 
@@ -627,11 +628,30 @@ def _issue_refs(fmt: str, issue: Issue, text: str) -> list[tuple[str, int, str]]
     return sorted(out, key=lambda r: r[1])
 
 
-def chunk_issue_export(source_id: str, file_path: str, text: str, max_tokens: int = 256) -> ParsedFile:
+def most_recent(issues: list[Issue], max_issues: int) -> list[Issue]:
+    """The `max_issues` most recently updated of `issues` (created, then the higher number, where
+    the dates tie), in their order."""
+    if len(issues) <= max_issues:
+        return issues
+    newest = sorted(range(len(issues)), reverse=True,
+                    key=lambda i: (issues[i].updated_at or issues[i].created_at, issues[i].created_at, issues[i].number))
+    return [issues[i] for i in sorted(newest[:max_issues])]
+
+
+def chunk_issue_export(source_id: str, file_path: str, text: str, max_tokens: int = 256,
+                       max_issues: int = DEFAULT_MAX_ISSUES) -> ParsedFile:
     """Chunks, Issue nodes, CONTAINS / REFERENCES relations and code references of one export file
-    (raises IssueExportError when it is not one)."""
+    (raises IssueExportError when it is not one). At most `max_issues` issues, the most recently
+    updated; past it a warning names the file and what was left out (chunking/limits.py)."""
     export = parse_export(text)
     out = ParsedFile(warnings=[f"{file_path}: {w}" for w in export.warnings])
+    if len(export.issues) > max_issues:
+        kept = most_recent(export.issues, max_issues)
+        oldest = min(i.updated_at or i.created_at for i in kept)
+        out.warnings.append(cut_warning(
+            file_path, f"{len(export.issues)} issues over max_issues={max_issues}; indexed the {max_issues} most "
+            f"recently updated" + (f" (updated {oldest} or later)" if oldest else ""), key="max_issues"))
+        export.issues = kept
     language = "markdown" if export.format == "github" else "jira"
     by_key = {i.key.lower(): i for i in export.issues}
     references: list[tuple[Issue, str, Chunk, int, str, str]] = []  # (from, target key, chunk, line, line text, matched)

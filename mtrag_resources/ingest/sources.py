@@ -26,6 +26,7 @@ import yaml
 from mtrag_resources.core.errors import ConfigError
 from mtrag_resources.core.models import SOURCE_KINDS
 from mtrag_resources.core.real_paths import resolved_name
+from mtrag_resources.ingest.chunking.limits import DEFAULT_MAX_FILE_CHUNKS, DEFAULT_MAX_ISSUES
 
 SOURCE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 SDIST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
@@ -43,8 +44,47 @@ class _DuplicateKey(yaml.constructor.ConstructorError):
     pass
 
 
+class _AliasBomb(yaml.composer.ComposerError):
+    pass
+
+
+# What aliases may repeat in one document, in characters of the scalars they stand for (a
+# collection counts 1): sharing a few glob lists stays far below it, while an alias bomb (each
+# level an alias of the one before, ten times over) passes it within a few levels.
+MAX_ALIAS_EXPANSION = 100_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """safe_load's loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+    """safe_load's loader, refusing a key given twice in one mapping (PyYAML keeps the last) and
+    aliases that expand past MAX_ALIAS_EXPANSION (PyYAML shares an alias's object, but anything
+    that walks or prints it, `str()` of a value included, pays the whole expansion)."""
+
+    def compose_document(self):
+        self._expansion, self._weights = 0, {}
+        return super().compose_document()
+
+    def compose_node(self, parent, index):
+        if not self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._weights[id(node)] = self._weight(node)  # children first: each node costs one look
+            return node
+        event = self.peek_event()
+        node = super().compose_node(parent, index)
+        weight = self._weights.get(id(node))
+        if weight is None:
+            raise _AliasBomb(None, None, f"alias *{event.anchor} is inside its own anchor: a recursive "
+                             "value has no place in a sources file", event.start_mark)
+        self._expansion += weight
+        if self._expansion > MAX_ALIAS_EXPANSION:
+            raise _AliasBomb(None, None, f"aliases expand past {MAX_ALIAS_EXPANSION:,} characters "
+                             f"(at *{event.anchor}): an alias bomb? a sources file needs few", event.start_mark)
+        return node
+
+    def _weight(self, node) -> int:
+        if isinstance(node, yaml.ScalarNode):
+            return max(1, len(node.value))
+        items = node.value if isinstance(node, yaml.SequenceNode) else [n for kv in node.value for n in kv]
+        return 1 + sum(self._weights.get(id(n), 1) for n in items)
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -74,6 +114,8 @@ class SourceSpec:
     include: tuple[str, ...] = ("**/*",)
     exclude: tuple[str, ...] = ()
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_file_chunks: int = DEFAULT_MAX_FILE_CHUNKS
+    max_issues: int = DEFAULT_MAX_ISSUES
     repository: str = ""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     git: str | None = None   # a local repository (its root, its .git folder or a bare one)
@@ -117,7 +159,7 @@ def _load_sources(path: Path) -> list[SourceSpec]:
         raise SourceConfigError(f"{path}: sources file not found (set MTRAG_SOURCES or create it)")
     try:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-    except _DuplicateKey as exc:
+    except (_DuplicateKey, _AliasBomb) as exc:
         mark = exc.problem_mark
         raise SourceConfigError(f"{path}: line {mark.line + 1} column {mark.column + 1}: {exc.problem}") from None
     except yaml.YAMLError as exc:
@@ -178,21 +220,22 @@ def _parse_entry(path: Path, i: int, entry: object) -> SourceSpec:
         raise SourceConfigError(f"{where}: pip_sdist {sdist!r} must be a pinned requirement like 'click==8.5.1'")
     if has_path and not isinstance(entry["path"], str):
         raise SourceConfigError(f"{where}: path must be a string")
-    globs, max_bytes = _common_fields(where, entry)
+    common = _common_fields(where, entry)
     error = f"{where}: {ISSUES_NEED_PATH} not 'pip_sdist'" if kind == "issues" and has_sdist else ""
-    return SourceSpec(id=sid, kind=kind, path=entry.get("path"), pip_sdist=sdist,
-                      include=globs["include"], exclude=globs["exclude"], max_file_bytes=max_bytes,
-                      repository=str(entry.get("repository", "")), error=error)
+    return SourceSpec(id=sid, kind=kind, path=entry.get("path"), pip_sdist=sdist, error=error, **common)
 
 
 # An issues source's origin is one export file (ingest/issues.py).
 ISSUES_NEED_PATH = "an issues source reads one export file: give 'path' (a GitHub or Jira JSON export),"
 
 
-KNOWN_KEYS = {"id", "kind", "path", "pip_sdist", "git", "ref", "include", "exclude", "max_file_bytes", "repository"}
+LIMITS = {"max_file_bytes": DEFAULT_MAX_FILE_BYTES, "max_file_chunks": DEFAULT_MAX_FILE_CHUNKS,
+          "max_issues": DEFAULT_MAX_ISSUES}
+KNOWN_KEYS = {"id", "kind", "path", "pip_sdist", "git", "ref", "include", "exclude", "repository", *LIMITS}
 
 
-def _common_fields(where: str, entry: dict) -> tuple[dict, int]:
+def _common_fields(where: str, entry: dict) -> dict:
+    """The SourceSpec fields every origin shares: globs, limits and repository."""
     globs = {}
     for key in ("include", "exclude"):
         value = entry.get(key, ["**/*"] if key == "include" else [])
@@ -201,19 +244,23 @@ def _common_fields(where: str, entry: dict) -> tuple[dict, int]:
         if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
             raise SourceConfigError(f"{where}: {key} must be a list of glob strings")
         globs[key] = tuple(value)
-    max_bytes = entry.get("max_file_bytes", DEFAULT_MAX_FILE_BYTES)
-    if not isinstance(max_bytes, int) or max_bytes <= 0:
-        raise SourceConfigError(f"{where}: max_file_bytes must be a positive integer")
+    limits = {key: entry.get(key, default) for key, default in LIMITS.items()}
+    for key, value in limits.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise SourceConfigError(f"{where}: {key} must be a positive integer")
+    repository = entry.get("repository", "")
+    if not isinstance(repository, str):
+        raise SourceConfigError(f"{where}: repository must be a string (the repository's name or URL)")
     unknown = sorted(set(entry) - KNOWN_KEYS)
     if unknown:
         raise SourceConfigError(f"{where}: unknown keys {unknown}")
-    return globs, max_bytes
+    return {"include": globs["include"], "exclude": globs["exclude"], "repository": repository, **limits}
 
 
 def _parse_git_entry(where: str, entry: dict, sid: str, kind: str) -> SourceSpec:
     """A git entry. Its globs and keys are checked like any entry's (a bad one refuses the file);
     an origin that cannot work is kept as the spec's `error`, so only this source fails."""
-    globs, max_bytes = _common_fields(where, entry)
+    common = _common_fields(where, entry)
     git, ref = entry.get("git"), entry.get("ref")
     others = [k for k in ("path", "pip_sdist") if k in entry]
     error = ""
@@ -228,9 +275,8 @@ def _parse_git_entry(where: str, entry: dict, sid: str, kind: str) -> SourceSpec
     elif not isinstance(ref, str) or not ref.strip():
         error = f"ref must be a branch, tag or commit sha, got {ref!r}"
     return SourceSpec(id=sid, kind=kind, git=git if isinstance(git, str) else None,
-                      ref=ref if isinstance(ref, str) else None, include=globs["include"],
-                      exclude=globs["exclude"], max_file_bytes=max_bytes,
-                      repository=str(entry.get("repository", "")), error=f"{where}: {error}" if error else "")
+                      ref=ref if isinstance(ref, str) else None, error=f"{where}: {error}" if error else "",
+                      **common)
 
 
 def fetch_sdist(requirement: str, sdist_dir: Path) -> Path:

@@ -27,6 +27,7 @@ from mtrag_resources.ingest.issues import IssueExportError, chunk_issue_export
 from mtrag_resources.ingest.chunking.pdf import chunk_pdf
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
+from mtrag_resources.ingest.chunking.limits import DEFAULT_MAX_FILE_CHUNKS, DEFAULT_MAX_ISSUES, cap_chunks, is_cut
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stores.table_changes import describe_changes, forget_changes, identity, record_changes, rows_outside
 from mtrag_resources.stores.bucketed import Bucketing
@@ -43,19 +44,23 @@ DOC_MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length; larger models may rai
 
 
 def parse_file(source_id: str, path: str, category: str, language: str, text: str | bytes,
-               default_role: str = "") -> ParsedFile:
+               default_role: str = "", max_chunks: int = DEFAULT_MAX_FILE_CHUNKS,
+               max_issues: int = DEFAULT_MAX_ISSUES) -> ParsedFile:
     """A file's chunks and facts. A PDF is parsed from its bytes (raises ingest.pdf.PdfSkip when it
-    gives no text); every other file from its text. `default_role`: a doc's Sphinx default role."""
+    gives no text); every other file from its text. `default_role`: a doc's Sphinx default role.
+    A code, doc or PDF file gives at most `max_chunks` chunks, an issue export `max_issues` issues
+    (the source's limits; a file cut says so in its warnings: chunking/limits.py)."""
     if category == "code":
-        return chunk_code(source_id, path, text, language)
+        return chunk_code(source_id, path, text, language, max_chunks=max_chunks)
     if category == "issues":  # an issue-tracker export (ingest/issues.py); a build checks it first
         try:
-            return chunk_issue_export(source_id, path, text, max_tokens=DOC_MAX_TOKENS)
+            return chunk_issue_export(source_id, path, text, max_tokens=DOC_MAX_TOKENS, max_issues=max_issues)
         except IssueExportError as exc:
             raise IssueExportError(f"source {source_id!r}: {path}: {exc}") from None
     if language == PDF_LANGUAGE:
-        return chunk_pdf(source_id, path, text, max_tokens=DOC_MAX_TOKENS)
-    return chunk_doc(source_id, path, text, language, max_tokens=DOC_MAX_TOKENS, default_role=default_role)
+        return cap_chunks(chunk_pdf(source_id, path, text, max_tokens=DOC_MAX_TOKENS), max_chunks, path)
+    return cap_chunks(chunk_doc(source_id, path, text, language, max_tokens=DOC_MAX_TOKENS,
+                                default_role=default_role), max_chunks, path)
 
 
 _GRAPH_FACTS = ("nodes", "relations", "references", "imports", "calls", "bases", "routes")
@@ -67,9 +72,18 @@ CHUNK_BUCKETS = Bucketing(key="file_path", order=("file_path",))
 _LEGACY_TABLE = "chunks.parquet"  # the single file of versions before the buckets
 
 
-def _facts_key(path: str, entry_sha: str, category: str, default_role: str = "") -> str:
+def _facts_key(path: str, entry_sha: str, category: str, default_role: str = "", limits: str = "") -> str:
     role = f"\0{default_role}" if default_role else ""  # a doc's references follow its Sphinx default role
-    return hashlib.sha256(f"{CODE_VERSIONS['cas_chunks']}\0{category}\0{path}\0{entry_sha}{role}".encode()).hexdigest()[:32]
+    limits = f"\0{limits}" if limits else ""  # a source's non-default chunk or issue limits
+    return hashlib.sha256(f"{CODE_VERSIONS['cas_chunks']}\0{category}\0{path}\0{entry_sha}{role}{limits}".encode()).hexdigest()[:32]
+
+
+def _limits(spec: SourceSpec) -> str:
+    """The source's chunk and issue limits where they are not the defaults ("" where they are):
+    part of a file's facts key, so a changed limit parses the file again."""
+    if (spec.max_file_chunks, spec.max_issues) == (DEFAULT_MAX_FILE_CHUNKS, DEFAULT_MAX_ISSUES):
+        return ""
+    return f"{spec.max_file_chunks}/{spec.max_issues}"
 
 
 def _default_roles(spec: SourceSpec, inventory, cas: ContentStore) -> dict[str, str]:
@@ -292,11 +306,13 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         layout.facts_dir.mkdir(parents=True, exist_ok=True)
         facts_folder = _facts_folder(layout)
         roles = _default_roles(spec, inventory, cas)
+        limits = _limits(spec)
         for entry in inventory.included:
             old = previous.get(entry.path)
             role = roles.get(entry.path, "")
             if old and old["sha256"] == entry.sha256 and old["category"] == entry.category \
-                    and old.get("default_role", "") == role and os.path.exists(_facts_file(facts_folder, old["key"])):
+                    and old.get("default_role", "") == role and old.get("limits", "") == limits \
+                    and os.path.exists(_facts_file(facts_folder, old["key"])):
                 index[entry.path] = old
                 kept.add(entry.path)
                 continue
@@ -304,19 +320,24 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
             content = cas.get_bytes(entry.sha256) if pdf else cas.get_text(entry.sha256)
             skipped = ""
             try:
-                parsed = parse_file(spec.id, entry.path, entry.category, entry.language, content, role)
+                parsed = parse_file(spec.id, entry.path, entry.category, entry.language, content, role,
+                                    max_chunks=spec.max_file_chunks, max_issues=spec.max_issues)
             except PdfSkip as skip:  # the inventory's probe read a page; the whole file gives none
                 parsed, skipped = ParsedFile(warnings=[f"{entry.path}: skipped: {skip.reason}"]), skip.reason
-            key = _facts_key(entry.path, entry.sha256, entry.category, role)
+            del content  # a large file's text is not needed past its parse
+            key = _facts_key(entry.path, entry.sha256, entry.category, role, limits)
             facts = {k: [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x for x in getattr(parsed, k)]
                      for k in _GRAPH_FACTS}
             write_bytes_atomic(_facts_file(layout, key), gzip.compress(json.dumps(facts).encode(), 3))
+            del facts
             index[entry.path] = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
                                  "key": key, "warnings": parsed.warnings, **({"skipped": skipped} if skipped else {}),
-                                 **({"default_role": role} if role else {})}
+                                 **({"default_role": role} if role else {}), **({"limits": limits} if limits else {})}
             new_rows.extend(_chunk_rows(parsed, spec, cas))
+            del parsed  # one file's objects at a time: its rows are all the table needs
         kept_rows, previous_table = _previous_rows(layout, kept)
         table = _assemble(kept_rows, new_rows, spec, inventory)
+        del new_rows  # in the table now; the records below are decoded from it
         # A kept file's rows are the previous table's as they were, unless a column _assemble sets
         # for every row (repository, ref) changed: then every row changed.
         previous = None if previous_table is None or _source_wide_changed(previous_table, table) else previous_table
@@ -341,6 +362,8 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
     # this stage found with no text on any page; none of them has a chunk.
     skipped_docs = {f.path: f.reason for f in inventory.skipped if is_pdf_skip(f.reason)}
     skipped_docs.update((path, e["skipped"]) for path, e in sorted(index.items()) if e.get("skipped"))
+    # Files indexed only in part (past max_file_chunks, an export past max_issues): each by name.
+    cut_files = {path: w for path in sorted(index) for w in index[path]["warnings"] if is_cut(w)}
     reparsed = len(index) - len(kept)
     generation = chunk_set_generation(rows, spec.id)
     # the serving side reads a pasted section of these docs by the same rule (index_manifest)
@@ -358,6 +381,8 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "files_parsed": reparsed,
         "files_reused": len(kept),
         "skipped_documents": dict(sorted(skipped_docs.items())[:50]),
+        "files_cut": dict(list(cut_files.items())[:50]),
+        "files_cut_count": len(cut_files),
         "warnings": warnings[:50],
         "warning_count": len(warnings),
         "new_warnings": new_warnings[:50],

@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import PurePosixPath
 
 from mtrag_resources.ingest.chunking.definitions import Definition, Extraction
+from mtrag_resources.ingest.chunking.limits import DEFAULT_MAX_FILE_CHUNKS, cap_chunks, cut_warning
 from mtrag_resources.ingest.embed_text import code_embed_text
 from mtrag_resources.ingest.chunking.windows import WINDOW_MAX_CHARS, line_windows, split_lines, windows
 from mtrag_resources.core.models import (
@@ -59,8 +60,10 @@ def cap_parent_text(text: str) -> str:
     return f"{text[:cut]}... [truncated: {rest} more lines; full text sha256 {sha256_hex(text)}]\n"
 
 
-def chunk_code(source_id: str, file_path: str, text: str, language: str) -> ParsedFile:
-    """Chunk one code file and extract its per-file graph. Unknown languages get line windows."""
+def chunk_code(source_id: str, file_path: str, text: str, language: str,
+               max_chunks: int = DEFAULT_MAX_FILE_CHUNKS) -> ParsedFile:
+    """Chunk one code file and extract its per-file graph. Unknown languages get line windows.
+    At most `max_chunks` chunks (chunking/limits.py): past it, the file from its start to a cut."""
     if not text.strip():
         return ParsedFile()
     text = text.removeprefix("\ufeff")  # ast rejects a BOM; it is no part of the code
@@ -74,16 +77,18 @@ def chunk_code(source_id: str, file_path: str, text: str, language: str) -> Pars
     else:
         extraction = Extraction(fallback="no parser for this language")
     if extraction.fallback:
-        return _windows_file(source_id, file_path, text, language, module_qn, extraction)
-    return _FileAssembler(source_id, file_path, text, language, module_qn).build(extraction)
+        parsed = _windows_file(source_id, file_path, text, language, module_qn, extraction, max_chunks)
+    else:
+        parsed = _FileAssembler(source_id, file_path, text, language, module_qn).build(extraction, max_chunks)
+    return cap_chunks(parsed, max_chunks, file_path)
 
 
-def _windows_file(source_id, file_path, text, language, module_qn, extraction) -> ParsedFile:
+def _windows_file(source_id, file_path, text, language, module_qn, extraction, max_chunks) -> ParsedFile:
     asm = _FileAssembler(source_id, file_path, text, language, module_qn)
     parsed = ParsedFile(warnings=list(extraction.warnings))
     file_chunk = asm.file_parent(extraction.module_summary)
     windows = line_windows(file_path, text, language, source_id=source_id,
-                           parent_id=file_chunk.chunk_id, symbol=module_qn)
+                           parent_id=file_chunk.chunk_id, symbol=module_qn, max_windows=max_chunks)
     for window in windows:
         window.graph_ids = [asm.module_id]
     parsed.chunks = [file_chunk, *windows]
@@ -103,6 +108,7 @@ class _FileAssembler:
             self.offsets.append(self.offsets[-1] + len(line))
         self.spans: dict[tuple[int, str], tuple[int, int]] = {}  # span_of, once per definition
         self.last_span_start = 0
+        self.limit = len(text)  # module-level code is read up to here (a cut file: its first definition left out)
         self.file_id = f"{source_id}:file:{file_path}"
         self.module_id = f"{source_id}:module:{module_qn}"
 
@@ -152,8 +158,9 @@ class _FileAssembler:
                                      self.file_path)]
 
     # -- the whole file ---------------------------------------------------------------------
-    def build(self, ex: Extraction) -> ParsedFile:
+    def build(self, ex: Extraction, max_chunks: int = DEFAULT_MAX_FILE_CHUNKS) -> ParsedFile:
         parsed = ParsedFile(warnings=list(ex.warnings))
+        ex = self.within(ex, max_chunks, parsed.warnings)
         file_chunk = self.file_parent(ex.module_summary)
         parsed.chunks.append(file_chunk)
         parsed.nodes, parsed.relations = self.file_and_module(file_chunk)
@@ -168,6 +175,27 @@ class _FileAssembler:
 
         self.add_facts(ex, placed, module_evidence, parsed)
         return parsed
+
+    def within(self, ex: Extraction, max_chunks: int, warnings: list[str]) -> Extraction:
+        """More definitions than chunks allowed (a minified bundle): the first half of the budget
+        in definitions, module-level code up to the first one left out, the facts of the lines
+        before it; cap_chunks trims what still overflows. Building every chunk first would cost
+        what the cap is there to bound."""
+        defs = ex.definitions
+        if len(defs) < max_chunks:
+            return ex
+        keep = max(1, max_chunks // 2)
+        for d in defs[:keep + 1]:
+            self.span_of(d)  # in source order: span_of searches on from the previous one
+        self.limit = self.span_of(defs[keep])[0]
+        line = defs[keep].start_line
+        column = self.limit - self.offsets[line - 1] + 1
+        warnings.append(cut_warning(self.file_path, f"{len(defs)} definitions over max_file_chunks={max_chunks}; "
+                                                    f"indexed the first {keep}, to line {line} column {column}"))
+        return dataclasses.replace(
+            ex, definitions=defs[:keep], imports=[f for f in ex.imports if f["line"] <= line],
+            module_calls=[c for c in ex.module_calls if c[1] <= line],
+            routes=[f for f in ex.routes if f["line"] <= line])
 
     def fold_declarations(self, defs: list[Definition]) -> list[Definition]:
         """Declarations of a name directly followed by its implementation (`@overload` stubs; any
@@ -337,7 +365,7 @@ class _FileAssembler:
         `if __name__ == ...`), blank runs squeezed. Past one window it is cut into overlapping
         windows (by size only), so a data module is searchable to its last line."""
         kept: list[tuple[int, str]] = []
-        for number, line in self.outside(0, len(self.text), [self.span_of(d) for d in ex.definitions]):
+        for number, line in self.outside(0, self.limit, [self.span_of(d) for d in ex.definitions]):
             if line.strip() or (kept and kept[-1][1].strip()):
                 kept.append((number, line))
         while kept and not kept[-1][1].strip():

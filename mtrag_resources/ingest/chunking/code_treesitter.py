@@ -95,6 +95,12 @@ def _comment_text(raw: str) -> str:
     return "\n".join(out)
 
 
+# A byte that bytes.strip() keeps, searched in place: slicing the rest of a line to strip it, once
+# per definition, is quadratic on a minified line of thousands of definitions.
+_NON_BLANK = re.compile(rb"[^ \t\n\r\x0b\x0c]")
+_NON_BLANK_OR_NEWLINE = re.compile(rb"[^ \t\r\x0b\x0c]")
+
+
 class _TreeSitterFile:
     def __init__(self, file_path: str, text: str, language: str, module_qn: str):
         self.file_path, self.language, self.module_qn = file_path, language, module_qn
@@ -219,7 +225,7 @@ class _TreeSitterFile:
         start, end = start_node.start_point[0] + 1, _end_line(span)
         self.defs.append(Definition(
             kind=kind, name=name, qualname=qualname, start_line=start, end_line=end,
-            text=self.source(self.line_begin(start_node.start_byte), span.end_byte),
+            text=self.source(self.line_begin(start_node), span.end_byte),
             title=self.title(node),
             summary=first_sentence(doc), owner=owner,
             declaration=kind != "class" and self.bodiless(node),
@@ -240,24 +246,26 @@ class _TreeSitterFile:
             return True
         return body.type in _BLOCKS and all(c.type in _COMMENTS for c in body.named_children)
 
-    def line_begin(self, start: int) -> int:
-        """Back to the start of the line when only indentation precedes `start`."""
-        line_start = self.src.rfind(b"\n", 0, start) + 1
-        return start if self.src[line_start:start].strip() else line_start
+    def line_begin(self, node: Node) -> int:
+        """`node`'s first byte, or the start of its line when only indentation precedes it."""
+        start = node.start_byte
+        line_start = start - node.start_point[1]  # the column, in bytes
+        return start if _NON_BLANK.search(self.src, line_start, start) else line_start
 
     def source(self, start: int, end: int) -> str:
         """Source from `start` to `end`, plus the rest of the last line when that is blank.
         Whole lines for ordinary code; exact spans for minified code, where one line may hold
         hundreds of definitions."""
-        line_end = self.src.find(b"\n", end)
-        line_end = len(self.src) if line_end < 0 else line_end + 1
-        if not self.src[end:line_end].strip():
-            end = line_end
+        after = _NON_BLANK_OR_NEWLINE.search(self.src, end)
+        if after is None:
+            end = len(self.src)
+        elif after.group() == b"\n":
+            end = after.end()
         return self.src[start:end].decode("utf-8", "replace")
 
     def extent(self, span: Node) -> tuple[int, int]:
         """The bytes of a definition's text (`add`): from its doc comment to its end."""
-        start = self.line_begin(self.leading(span)[0].start_byte)
+        start = self.line_begin(self.leading(span)[0])
         return start, start + len(self.source(start, span.end_byte).encode("utf-8"))
 
     def find_class(self, qualname: str) -> int | None:
@@ -305,8 +313,8 @@ class _TreeSitterFile:
         sibling = span.prev_named_sibling
         while sibling is not None and sibling.type in _COMMENTS | {"attribute_item", "decorator"} \
                 and _end_line(sibling) >= first.start_point[0]:
-            row, column = sibling.start_point
-            if self.lines[row].encode("utf-8")[:column].strip():  # trails the previous statement
+            column = sibling.start_point[1]
+            if _NON_BLANK.search(self.src, sibling.start_byte - column, sibling.start_byte):  # trails the previous statement
                 break
             if sibling.type in _COMMENTS:
                 docs.insert(0, _comment_text(self.text_of(sibling)))

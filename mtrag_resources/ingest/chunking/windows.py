@@ -66,9 +66,11 @@ def line_windows(
     source_id: str = "",
     parent_id: str | None = None,
     symbol: str = "",
+    max_windows: int | None = None,
 ) -> list[Chunk]:
     """Cut `text` into child chunks of at most `window` lines (and WINDOW_MAX_CHARS characters),
-    each sharing `overlap` lines with the previous one."""
+    each sharing `overlap` lines with the previous one; the first `max_windows` of them (the
+    caller's chunk cap, chunking/limits.py, says what was left out)."""
     items = list(enumerate(split_lines(text), start=1))
     return [Chunk(
         chunk_id=stable_id(source_id, file_path, "window", "child", symbol, index),
@@ -84,4 +86,4 @@ def line_windows(
         language=language,
         text=body,
         source_id=source_id,
-    ).finalize() for index, first, last, body in windows(items, window, overlap)]
+    ).finalize() for index, first, last, body in windows(items, window, overlap)[:max_windows]]
