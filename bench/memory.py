@@ -5,13 +5,14 @@ source in a fresh home of its own:
   nine aliases each: 9**levels "lol"s; 9 levels built a 2.8 GB string before the bound);
 * `minified_js`: one minified JS file of `--js-functions` small functions on one line (60,000:
   2.3 MB, under a `max_file_bytes` of 4 MB);
-* `issues`: a GitHub export of `--issues` small issues (100,000: 32 MB, `max_file_bytes` raised).
+* `issues`: a GitHub export of `--issues` small issues (100,000: 32 MB, `max_file_bytes` raised);
+* `baseline`: the good source alone, what any build costs.
 
 Each build runs through the CLI (`python -m mtrag_assets.cli build --no-server`) in a subprocess;
 its process tree's RSS (the build and any step process it starts; the local Neo4j excluded) is
-polled every 50 ms. By default a build is stopped when the hostile source's embedding starts: on a CPU,
-embedding the unbounded inputs' chunks takes hours, and what the bound changes is the chunk count
-the stages before it hold (`--full` builds to the end). Printed and written as JSON (`--out`).
+polled every 50 ms. By default a build is stopped when the hostile source's embedding starts: on
+a CPU, embedding the unbounded inputs' chunks takes hours, and what the bounds change is what the
+stages before it hold (`--full` builds to the end). Printed and written as JSON (`--out`).
 
 Usage: .venv/bin/python bench/memory.py [--out bench/out/memory.json] [--full] [--only NAME]...
 Before/after: run it once on this tree and once with PYTHONPATH naming an older checkout."""
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import REPO, mtrag_env, write_json  # noqa: E402
 
 GOOD_SOURCE = '  - {id: good, kind: code, path: good}\n'
-HOSTILE_SOURCE = {"alias_bomb": "bomb", "minified_js": "web", "issues": "tracker"}
+HOSTILE_SOURCE = {"baseline": "good", "alias_bomb": "bomb", "minified_js": "web", "issues": "tracker"}
 
 
 def stop_line(name: str) -> str:
@@ -64,7 +65,9 @@ def write_input(name: str, work: Path, args) -> Path:
     (work / "good").mkdir(parents=True)
     (work / "good" / "tax.py").write_text('def compute_tax(amount):\n    """Tax on an amount."""\n    return amount * 0.2\n')
     sources = work / "sources.yaml"
-    if name == "alias_bomb":
+    if name == "baseline":  # the good source alone: what any build costs
+        entry = ""
+    elif name == "alias_bomb":
         entry = f"  - id: bomb\n    kind: code\n    path: good\n    repository: {alias_bomb(args.bomb_levels)}\n"
     elif name == "minified_js":
         (work / "web").mkdir()
@@ -141,7 +144,7 @@ def run_input(name: str, args, neo4j_uri: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "bench/out/memory.json"))
-    ap.add_argument("--only", action="append", choices=["alias_bomb", "minified_js", "issues"])
+    ap.add_argument("--only", action="append", choices=list(HOSTILE_SOURCE))
     ap.add_argument("--bomb-levels", type=int, default=9)
     ap.add_argument("--js-functions", type=int, default=60_000)
     ap.add_argument("--issues", type=int, default=100_000)
@@ -158,7 +161,7 @@ def main() -> None:
         uri = json.loads(status.stdout)["uri"]
     results = []
     try:
-        for name in args.only or ["alias_bomb", "minified_js", "issues"]:
+        for name in args.only or list(HOSTILE_SOURCE):
             result = run_input(name, args, uri)
             print(f"{name}: peak RSS {result['peak_rss_mb']} MB (largest process {result['peak_rss_one_process_mb']} MB), "
                   f"{result['wall_s']} s, exit {result['exit']}"
