@@ -89,7 +89,9 @@ def test_a_minified_bundle_gives_at_most_max_chunks_and_says_where_it_was_cut():
     text = minified_js(3000)
     parsed = chunk_code("web", "dist/app.min.js", text, "javascript", max_chunks=200)
     assert len(parsed.chunks) <= 200
-    cut = [w for w in parsed.warnings if w.startswith("dist/app.min.js: cut: 3000 definitions over max_file_chunks=200")]
+    # the walk stops past the limit: the rest of the file is not even extracted
+    cut = [w for w in parsed.warnings if w.startswith("dist/app.min.js: cut: more than 200 definitions, over "
+                                                      "max_file_chunks=200")]
     assert len(cut) == 1 and "indexed the first 100, to line 1 column " in cut[0]
     symbols = {c.symbol for c in parsed.chunks if c.chunk_type == "function"}
     assert {"dist.app.min.f0", "dist.app.min.f99"} <= symbols and "dist.app.min.f100" not in symbols
@@ -98,6 +100,14 @@ def test_a_minified_bundle_gives_at_most_max_chunks_and_says_where_it_was_cut():
     assert all(n.chunk_id in kept for n in parsed.nodes)
     assert {c.content_hash for c in parsed.chunks} >= {r.evidence_hash for r in parsed.relations}
 
+    # Python (ast) counts them all; a class's members stay with it
+    source = "".join(f"def f{i}(a):\n    return a + {i}\n\n\n" for i in range(300))
+    python = chunk_code("shop", "shop/big.py", source, "python", max_chunks=200)
+    assert len(python.chunks) <= 200
+    assert [w for w in python.warnings if w.startswith("shop/big.py: cut: 300 definitions, over max_file_chunks=200; "
+                                                       "indexed the first 100, to line 401 column 1")]
+    assert "shop.big.f99" in {c.symbol for c in python.chunks} and "shop.big.f100" not in {c.symbol for c in python.chunks}
+
     # a file that does not parse is windowed, and cut the same way
     windows = chunk_code("web", "dist/data.min.js", "{" + "x" * 400_000, "javascript", max_chunks=20)
     assert len(windows.chunks) == 20 and windows.chunks[0].role == "parent"
@@ -105,13 +115,18 @@ def test_a_minified_bundle_gives_at_most_max_chunks_and_says_where_it_was_cut():
 
 
 @pytest.mark.unit
-def test_a_minified_line_of_many_definitions_is_not_quadratic():
+def test_a_minified_line_of_many_definitions_is_cut_and_read_in_one_pass():
     # 40k definitions on one 1.4 MB line: each definition's text was found by slicing the rest of
-    # its line, ~30 GB of copies in all
+    # its line (~30 GB of copies in all), and every one was extracted before any cut
     started = time.perf_counter()
     parsed = chunk_code("web", "app.min.js", minified_js(40_000), "javascript")
-    assert len(parsed.chunks) <= 2000 and [w for w in parsed.warnings if ": cut: 40000 definitions" in w]
-    assert time.perf_counter() - started < 60
+    assert len(parsed.chunks) <= 2000 and [w for w in parsed.warnings if ": cut: more than 2000 definitions" in w]
+    assert time.perf_counter() - started < 30
+    # under the limit too, a long line is read once: no definition's text is cut short
+    from mtrag_resources.ingest.chunking.code_treesitter import extract_treesitter
+    whole = extract_treesitter("app.min.js", minified_js(1500), "javascript", "app")
+    assert len(whole.definitions) == 1500 and not whole.more_definitions
+    assert whole.definitions[-1].text == "function f1499(a,b){return a*1499+b}\n"
 
 
 @pytest.mark.unit
@@ -148,7 +163,7 @@ def test_the_stage_reports_cut_files_by_name_and_a_good_file_beside_them_is_whol
     assert sum(r["file_path"] == "app.min.js" for r in web_rows) <= 50
     assert {r["symbol"] for r in web_rows if r["file_path"] == "cart.js"} >= {"cart.total"}
     assert list(meta["web"].metadata["files_cut"]) == ["app.min.js"]
-    assert meta["web"].metadata["files_cut"]["app.min.js"].startswith("app.min.js: cut: 2000 definitions")
+    assert meta["web"].metadata["files_cut"]["app.min.js"].startswith("app.min.js: cut: more than 50 definitions")
     assert [w for w in meta["web"].metadata["new_warnings"] if w.startswith("app.min.js: cut: ")]
     assert list(meta["tracker"].metadata["files_cut"]) == ["issues.json"]
     assert len({r["issue_key"] for r in meta["tracker"].value}) == 5
@@ -190,7 +205,7 @@ def test_a_build_cuts_the_hostile_files_says_so_and_publishes_the_good_source(tm
     assert main(["build"]) == 0
     out = capsys.readouterr()
     said = out.out + out.err
-    assert "app.min.js: cut: 400 definitions over max_file_chunks=20" in said
+    assert "app.min.js: cut: more than 20 definitions, over max_file_chunks=20" in said
     assert "issues.json: cut: 12 issues over max_issues=4" in said
     manifest = load_current(Settings.from_env().manifest_dir)
     assert set(manifest["sources"]) == {"shop", "web", "tracker"}

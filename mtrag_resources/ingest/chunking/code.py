@@ -73,7 +73,7 @@ def chunk_code(source_id: str, file_path: str, text: str, language: str,
         extraction = extract_python(file_path, text, module_qn)
     elif language in ("javascript", "typescript", "tsx", "java", "go", "rust"):
         from mtrag_resources.ingest.chunking.code_treesitter import extract_treesitter
-        extraction = extract_treesitter(file_path, text, language, module_qn)
+        extraction = extract_treesitter(file_path, text, language, module_qn, max_definitions=max_chunks)
     else:
         extraction = Extraction(fallback="no parser for this language")
     if extraction.fallback:
@@ -182,7 +182,7 @@ class _FileAssembler:
         before it; cap_chunks trims what still overflows. Building every chunk first would cost
         what the cap is there to bound."""
         defs = ex.definitions
-        if len(defs) < max_chunks:
+        if len(defs) < max_chunks and not ex.more_definitions:
             return ex
         keep = max(1, max_chunks // 2)
         for d in defs[:keep + 1]:
@@ -190,7 +190,8 @@ class _FileAssembler:
         self.limit = self.span_of(defs[keep])[0]
         line = defs[keep].start_line
         column = self.limit - self.offsets[line - 1] + 1
-        warnings.append(cut_warning(self.file_path, f"{len(defs)} definitions over max_file_chunks={max_chunks}; "
+        found = f"more than {max_chunks}" if ex.more_definitions else str(len(defs))  # the walk stopped early
+        warnings.append(cut_warning(self.file_path, f"{found} definitions, over max_file_chunks={max_chunks}; "
                                                     f"indexed the first {keep}, to line {line} column {column}"))
         return dataclasses.replace(
             ex, definitions=defs[:keep], imports=[f for f in ex.imports if f["line"] <= line],

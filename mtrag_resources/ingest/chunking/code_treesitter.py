@@ -75,8 +75,11 @@ def _call_query(name: str) -> Query:
     return Query(language, "[" + " ".join(f"({kind})" for kind in kinds) + "] @call")
 
 
-def extract_treesitter(file_path: str, text: str, language: str, module_qn: str) -> Extraction:
-    return _TreeSitterFile(file_path, text, language, module_qn).extract()
+def extract_treesitter(file_path: str, text: str, language: str, module_qn: str,
+                       max_definitions: int | None = None) -> Extraction:
+    """The file's definitions, imports and calls; past `max_definitions` definitions the walk
+    stops (`more_definitions`), and the calls after the last one are not read."""
+    return _TreeSitterFile(file_path, text, language, module_qn).extract(max_definitions)
 
 
 def _end_line(node: Node) -> int:
@@ -115,11 +118,15 @@ class _TreeSitterFile:
         return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
     # -- the walk ------------------------------------------------------------------------
-    def extract(self) -> Extraction:
+    def extract(self, max_definitions: int | None = None) -> Extraction:
         root = self.tree.root_node
         stack: list[tuple[Node, str, int | None, str, Node | None]] = [
             (child, "", None, "", None) for child in reversed(root.named_children)]
+        stop = None  # the byte the walk stopped at (a minified bundle past the caller's limit)
         while stack:
+            if max_definitions is not None and len(self.defs) > max_definitions:
+                stop = max(span.end_byte for span in self.spans)
+                break
             node, prefix, owner, class_name, span = stack.pop()
             pushed = self.visit(node, prefix, owner, class_name, span or node)
             stack.extend(reversed(pushed))
@@ -131,7 +138,8 @@ class _TreeSitterFile:
         if errors:
             ex.warnings.append(f"{self.file_path}: tree-sitter syntax errors at {len(errors)} "
                                f"place(s), first line {errors[0]}; kept the definitions that parsed")
-        calls = self.assign_calls(root)
+        calls = self.assign_calls(root, stop)
+        ex.more_definitions = stop is not None
         for index, d in enumerate(self.defs):
             d.calls = self.call_facts(calls.get(index, []), self.receiver_name(self.nodes[index]))
             if d.kind == "class":
@@ -436,9 +444,9 @@ class _TreeSitterFile:
         expr = ".".join(reversed(parts))
         return expr if _NAME_CHAIN.match(expr) else ""
 
-    def assign_calls(self, root: Node) -> dict[int | None, list[Node]]:
-        """Every call-like node (found by a tree-sitter query, in C) -> the innermost extracted
-        definition whose span holds it; None for module-level calls."""
+    def assign_calls(self, root: Node, stop: int | None = None) -> dict[int | None, list[Node]]:
+        """Every call-like node (found by a tree-sitter query, in C) before byte `stop` -> the
+        innermost extracted definition whose span holds it; None for module-level calls."""
         order = sorted(range(len(self.spans)),
                        key=lambda i: (self.spans[i].start_byte, -self.spans[i].end_byte))
         parent: dict[int, int | None] = {}
@@ -450,7 +458,10 @@ class _TreeSitterFile:
             open_spans.append(i)
         starts = [self.spans[i].start_byte for i in order]
         found: dict[int | None, list[Node]] = {}
-        captures = QueryCursor(_call_query(self.language)).captures(root).get("call", [])
+        cursor = QueryCursor(_call_query(self.language))
+        if stop is not None:
+            cursor.set_byte_range(0, stop)
+        captures = cursor.captures(root).get("call", [])
         for node in captures:
             k = bisect.bisect_right(starts, node.start_byte) - 1
             owner = order[k] if k >= 0 else None

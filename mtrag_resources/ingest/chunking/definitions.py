@@ -47,6 +47,7 @@ class Extraction:
     routes: list[dict] = field(default_factory=list)  # web route facts (ingest/routes.py), Python only
     warnings: list[str] = field(default_factory=list)
     fallback: str = ""             # non-empty: the file did not parse; cut line windows instead
+    more_definitions: bool = False  # the walk stopped at the caller's limit: more definitions follow
 
 
 def first_sentence(text: str) -> str:
