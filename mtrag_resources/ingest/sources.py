@@ -4,7 +4,8 @@ Every error names the entry it is about, so a maintainer can fix the YAML withou
 source's origin is one of `path` (a folder), `pip_sdist` (a pinned sdist) or `git` + `ref` (a local
 repository at the commit a branch, tag or sha names; ingest/git_source.py). A malformed file or
 entry refuses the whole file (a key given twice in one mapping and a top-level key other than
-`sources` too: YAML would keep the last value unseen); what is wrong with an entry's origin (a
+`sources` too: YAML would keep the last value unseen; YAML aliases that expand past
+MAX_ALIAS_EXPANSION characters, an alias bomb's gigabytes); what is wrong with an entry's origin (a
 `path` folder that does not exist; `path` and `git` both given, no `ref`; later: not a repository,
 a ref that does not exist) is that source's error alone (`SourceSpec.error`,
 `snapshot.source_problem`): the other sources still build. An issues source (`kind: issues`) reads
@@ -50,7 +51,7 @@ class _AliasBomb(yaml.composer.ComposerError):
 
 # What aliases may repeat in one document, in characters of the scalars they stand for (a
 # collection counts 1): sharing a few glob lists stays far below it, while an alias bomb (each
-# level an alias of the one before, ten times over) passes it within a few levels.
+# level nine or ten aliases of the one before) passes it within a few levels.
 MAX_ALIAS_EXPANSION = 100_000
 
 
