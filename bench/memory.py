@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -150,10 +151,10 @@ def main() -> None:
     ap.add_argument("--issues", type=int, default=100_000)
     ap.add_argument("--full", action="store_true", help="build to the end (embedding included)")
     args = ap.parse_args()
-    neo_home = Path(tempfile.mkdtemp(prefix="mtrag-memory-neo4j-"))
-    neo_env = mtrag_env(neo_home, neo_home / "sources.yaml")
     uri = os.environ.get("NEO4J_URI")
-    if not uri:  # one local server for every input's build, stopped at the end
+    neo_home = None if uri else Path(tempfile.mkdtemp(prefix="mtrag-memory-neo4j-"))
+    if neo_home:  # one local server for every input's build, stopped (and its home removed) at the end
+        neo_env = mtrag_env(neo_home, neo_home / "sources.yaml")
         subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=neo_env, check=True,
                        capture_output=True)
         status = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "status", "--json"], env=neo_env,
@@ -168,8 +169,9 @@ def main() -> None:
                   + (" (stopped at embedding)" if result["stopped_at_embedding"] else ""), flush=True)
             results.append(result)
     finally:
-        if not os.environ.get("NEO4J_URI"):
+        if neo_home:
             subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=neo_env, capture_output=True)
+            shutil.rmtree(neo_home, ignore_errors=True)
     write_json(args.out, {"inputs": results, "bomb_levels": args.bomb_levels, "js_functions": args.js_functions,
                           "issues": args.issues, "full": args.full, "pythonpath": os.environ.get("PYTHONPATH", ""),
                           "cpus": os.cpu_count()})
