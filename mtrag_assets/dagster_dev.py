@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-GRACE_S = 8.0  # dagster dev's own shutdown: ~3 s measured on an idle instance
+GRACE_S = 8.0  # well beyond dagster dev's own orderly shutdown (docs/performance.md#the-dagster-instance)
 LEFTOVER_S = 3.0
 WORKSPACE_OPTIONS = ("-w", "--workspace", "-m", "--module-name", "-f", "--python-file", "-d", "--working-directory")
 

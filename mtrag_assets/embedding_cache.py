@@ -30,7 +30,7 @@ def embedding_cache(context: dg.AssetExecutionContext, mtrag: MtragResource) -> 
     meter = {"t0": time.perf_counter(), "last": 0.0, "done": 0}
 
     def progress(done: int, total: int) -> None:
-        """`embedded done/total (N texts/s, ETA S s)`: every ~2 s of a pass that takes longer,
+        """`embedded done/total (N texts/s, ETA S s)`: every PROGRESS_AFTER_S of a pass that takes longer,
         and at its end (`mtrag build` prints these lines; the run log keeps them)."""
         now = time.perf_counter()
         if done < meter["done"]:  # a second pass (the multilingual embedder) starts over

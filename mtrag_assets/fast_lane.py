@@ -4,13 +4,12 @@ store writes run side by side; see run_batch); then the same materializations (m
 version, code version, input data versions) and check evaluations recorded in the Dagster instance
 as runless events tagged `mtrag/plane=watch`.
 
-Why not an in-process run, as `mtrag build` does: measured on the bench corpus (one function
-appended to flask, warm process), a `build_source_and_publish` run spends ~1.3 s in Dagster on top
-of the stage work: ~85 event-log writes at ~9 ms each on SQLite storage, ~0.3 s to create the run.
-The direct path writes one event per asset and per check (~20) and writes them after the publish,
-so the change is queryable first and the lineage follows a few tenths of a second later. A batch
-that fails leaves its sources' markers dirty, like a failed run, and the watch converges them
-through an ordinary run (which the UI then shows, failure and all)."""
+Why not an in-process run, as `mtrag build` does: a run adds its creation and an event-log write
+per event to every change (docs/performance.md#the-fast-lane-and-the-watch). The
+direct path writes one event per asset and per check, after the publish, so the change is
+queryable first and the lineage follows. A batch that fails leaves its sources' markers dirty,
+like a failed run, and the watch converges them through an ordinary run (which the UI then shows,
+failure and all)."""
 from __future__ import annotations
 
 import inspect
@@ -80,9 +79,10 @@ _EPHEMERAL: list = []
 
 def _context(tags: dict, partition: str | None):
     """A direct invocation's context. Its instance is an ephemeral one, made once per process: the
-    events go to the real instance through `record`, and a new ephemeral instance per context
-    costs ~30 ms (~0.5 s a batch). It carries no resources: the asset or check gets the resource
-    as its argument (`_invoke`); a context that initialises resources took 3 ms against 0.2 ms."""
+    events go to the real instance through `record`, and a new one per context would cost more
+    than the batch's own work. It carries no resources: the asset or check gets the resource as
+    its argument (`_invoke`), which a context that initialises them would slow (figures:
+    docs/performance.md#the-fast-lane-and-the-watch)."""
     if not _EPHEMERAL:
         _EPHEMERAL.append(dg.DagsterInstance.ephemeral())
     return dg.build_asset_context(partition_key=partition, run_tags=tags, instance=_EPHEMERAL[0])
@@ -92,8 +92,9 @@ def _invoke(definition, resource: MtragResource, tags: dict, partition: str | No
     """An asset or check of the code location called as a run's step calls it: its own function,
     with the context, the resource and default config. Dagster's direct invocation
     (`definition(context, mtrag=resource)`) binds the context and initialises the resource again on
-    every call: 3.4-5 ms each, ~17 calls a batch, where the function's own work in a small change
-    is often under a millisecond. What the batch records is the function's result either way."""
+    every call, which costs more than the function's own work in a small change
+    (docs/performance.md#the-fast-lane-and-the-watch). What the batch records is the function's
+    result either way."""
     call, kwargs = _callable(definition)
     return call(_context(tags, partition), mtrag=resource, **kwargs)
 
@@ -321,7 +322,8 @@ _INSTANCES: dict = {}
 
 def _instance(settings: Settings) -> dg.DagsterInstance:
     """The instance at the settings' DAGSTER_HOME, made once per process: a watch records every
-    batch, and making the instance (its storages, its dagster.yaml check) each time cost ~0.1 s."""
+    batch, and making the instance (its storages, its dagster.yaml check) each time would add to
+    each (docs/performance.md#the-fast-lane-and-the-watch)."""
     home = str(settings.dagster_home)
     if home not in _INSTANCES:
         _INSTANCES[home] = dagster_instance(settings)

@@ -1,23 +1,9 @@
-"""Kept SQLite connections for the Dagster instance of an mtrag process.
-
-Dagster's SQLite storages create an engine for every use and dispose of it afterwards
-(`SqliteEventLogStorage._connect`, `SqliteRunStorage.connect`, `SqliteScheduleStorage.connect`,
-all with NullPool): each use opens the file, sets up SQLAlchemy's dialect and closes it again. An
-in-process run of `build_source_and_publish` (82 events) makes ~450 such connections; measured
-with `bench/instance_engines.py`, a run of that shape that does no work of its own took ~0.8 s, of
-which ~0.45 s was opening and closing them. Here each SQLite file gets one engine whose pool keeps
-one connection open between uses (more are opened, and closed again, when threads use the file at
-once). A use is still one transaction: Dagster's own lock and `begin()` as before, and a connection
-is rolled back when it goes back to the pool, so an idle one holds no lock that would keep another
-process (the UI, the daemon, a run worker) from writing. What is written, and when it is committed,
-is unchanged; a commit to a WAL file is not fsynced (`_commit_without_fsync_in_wal` says why that
-is safe), and `has_table` keeps the tables it found. At most `MAX_FILES` files of an event log keep
-an engine (each run has its own file; a long-lived watch records many), the least recently used is
-closed. A new run shard (each fast-lane batch records its check evaluations under its own run id)
-is written from a copy of the first one this process made (`_ShardTemplate`) instead of Dagster's
-`_initdb` again. Only this process's instance
-object changes; PostgreSQL storages keep their own pools. Written for Dagster 1.13.27 (pinned in
-pyproject.toml): a storage without the methods this replaces is left as it is."""
+"""Kept SQLite connections for the Dagster instance of an mtrag process: one engine per SQLite
+file whose pool keeps a connection open between uses, instead of Dagster's engine per use. A use
+is still one transaction, and what is written, and when it is committed, is unchanged. Only this
+process's instance object changes; PostgreSQL storages keep their own pools. Written for Dagster
+1.13.27 (pinned in pyproject.toml): a storage without the methods this replaces is left as it is.
+The design: docs/configuration.md#kept-sqlite-connections."""
 from __future__ import annotations
 
 import contextlib
@@ -79,7 +65,7 @@ def _commit_without_fsync_in_wal(dbapi_connection, _record) -> None:
     a commit appends to the WAL without an fsync, the WAL is synced at checkpoints. SQLite's
     documented trade: durable against a crash of the process, while a power loss may roll back the
     last transactions, never corrupt the file. The event log is lineage; what a build publishes is
-    synced by mtrag itself. Measured: ~85 commits, ~0.2-0.4 s of a one-file build on this disk."""
+    synced by mtrag itself. A build makes many small commits (docs/performance.md#the-dagster-instance)."""
     cursor = dbapi_connection.cursor()
     try:
         if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
@@ -90,10 +76,9 @@ def _commit_without_fsync_in_wal(dbapi_connection, _record) -> None:
 
 class _ShardTemplate:
     """The bytes of an empty run shard as Dagster's `_initdb` makes one (its tables, WAL mode, the
-    alembic head stamped), made once per process in a folder of its own. `_initdb` of a new shard
-    took ~85 ms, most of it alembic reading its migration scripts again, and `mtrag watch` makes a
-    shard per batch (its check evaluations go under the batch's run id): written from these bytes
-    it is well under a millisecond."""
+    alembic head stamped), made once per process in a folder of its own. `_initdb` reads alembic's
+    migration scripts again for each new shard, and `mtrag watch` makes a shard per batch (its
+    check evaluations go under the batch's run id) (docs/performance.md#the-dagster-instance)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -174,7 +159,7 @@ def _single_file_connect(storage, engines: _Engines):
 
 def _memo_has_table(storage) -> set[str]:
     """`has_table` opened the index file with a new engine on every call (each `has_dynamic_partition`
-    asks whether its table exists: ~5% of a warm one-file build). A table that exists stays: only
+    asks whether its table exists; docs/performance.md#the-dagster-instance). A table that exists stays: only
     that answer is kept (until `wipe`)."""
     found: set[str] = set()
     original = storage.has_table

@@ -86,7 +86,7 @@ def dagster_instance(settings: Settings, log=None) -> dg.DagsterInstance:
 # The last instance made, with what it was made from (DAGSTER_HOME, its dagster.yaml's identity,
 # the PostgreSQL URL, the SQLite storages' folders): a build server builds again and again at one
 # home, and a new instance per build made its storages, their engines and SQLAlchemy's statement
-# caches anew (~0.1 s a build, py-spy on django). A changed file or home makes a new one, and so
+# caches anew (docs/performance.md#the-dagster-instance). A changed file or home makes a new one, and so
 # does a storage folder removed and made again (kept connections would write to deleted files).
 _INSTANCE: list = [None, None]
 _SQLITE_FOLDERS = ("history", "schedules")  # runs and event logs; schedules
@@ -294,7 +294,7 @@ def run_build(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     own console logger (`mtrag build` silences it unless --debug: a failure is its one line).
     `changed`: the caller's changed_sources answer (targets, removed) for these specs and this
     embedder, taken moments before (`mtrag build` asks before importing Dagster): not asked again,
-    which scanned every source's folder a second time (0.25 s at django's size). A file that
+    which scanned every source's folder a second time (docs/performance.md#the-dagster-instance). A file that
     changes in between is built by the next build, as one that changes during this one.
     `keep_qdrant`: build_session's (the build server's next build finds the embedded Qdrant open)."""
     instance = dagster_instance(settings)

@@ -1,20 +1,9 @@
-"""`mtrag watch`: the fast lane. One long-lived process keeps the imports, the loaded embedders
-and the Dagster instance, watches the folder sources' files and the git sources' refs (watchfiles:
-inotify, batched with a debounce so an editor's save or a `git checkout` is one batch; a git
-source's batch is a new commit on its ref, applied as the tree diff) and applies each batch
-through the same stage functions on the changed files only (every stage reuses what did not
-change), the same gate, one publish. A change is a fast-lane batch (fast_lane.py: the assets and
-checks invoked directly, their events recorded in the Dagster instance afterwards, runless, with
-the tag `mtrag/plane=watch`); the start-up convergence is an in-process run with the same tag.
-
-The journal (`journal.jsonl` beside the manifests, publish/journal.py) records each applied batch:
-the files and their digests (a git source: the commit), the sources, the generation published.
-Nothing else is needed to converge after a crash: a batch killed between stores leaves its
-sources' markers at `begin` (or its files newer than the published snapshot), and the first
-thing a (re)started watch does is the ordinary convergence build. SIGINT and SIGTERM stop it
-between batches. The embedded Qdrant stays open between batches (an isolated edit does not pay
-its opening: ~0.1 s warm on django, ~0.4 s cold) until another process asks for its lock, which
-the loop sees within LOOP_TICK_MS, or KEEP_QDRANT_OPEN_S pass without a change."""
+"""`mtrag watch`: the fast lane. One long-lived process keeps the imports, the embedders and the
+Dagster instance loaded, watches the folder sources' files and the git sources' refs, and applies
+each batch of changes through the same stages (on the changed files only), gate and publish as a
+build, recording each in `journal.jsonl`. A change is a fast-lane batch (fast_lane.py); the
+start-up convergence is an in-process run. How it batches, what it keeps and how it recovers:
+docs/watch.md."""
 from __future__ import annotations
 
 import os
@@ -40,7 +29,8 @@ from mtrag_assets.policies import PLANE_TAG
 
 DEBOUNCE_MS = 200  # the longest a burst of changes is grouped into one batch
 # A batch starts once no change came for this long: an editor's save (a write, a rename) and a git
-# checkout's files come microseconds to milliseconds apart; 50 ms was ~30 ms of every edit's wait.
+# checkout's files come microseconds to milliseconds apart, and every edit waits this long
+# (docs/performance.md#the-fast-lane-and-the-watch).
 QUIET_MS = 20
 RESCAN_S = 5.0  # a stat walk of the watched sources when no event came for this long
 # The embedded Qdrant stays open from one batch to the next, and is closed after this long without
@@ -264,8 +254,8 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         changed = {sid: {rel for rel in (_named(p, roots[sid]) for p in paths) if rel is not None}
                    for sid in targets if sid in roots} if paths else None
         try:
-            # a batch's collections (~2 young ones of ~11 ms and now and then a middle one of ~0.17
-            # s per django batch) run once it has published, not on its path
+            # a batch's garbage collections run once it has published, not on its path
+            # (docs/performance.md#the-fast-lane-and-the-watch)
             with collections_after():
                 batch = run_batch(settings, specs, targets, log=lambda line: None, keep_qdrant=True, changed=changed)
         except Exception as exc:  # noqa: BLE001 - the next batch converges through a run
@@ -298,12 +288,11 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
     # Converge first: what changed while no watch ran, or what a killed batch left half-applied.
     apply(set(), "start")
     # Load the embedding model now (a start with nothing to embed never did): the first change
-    # would otherwise pay it (~1.5 s on the bench corpus).
+    # would otherwise pay it (docs/performance.md#the-fast-lane-and-the-watch).
     from mtrag_assets.resources import MtragResource
     MtragResource().embedder().encode(["mtrag watch warm-up"])
-    # ... and the fast lane's own first-use costs (its imports, the ephemeral instance its asset
-    # contexts share: ~1.4 s of the first change's batch on the bench corpus; the plans of the
-    # Neo4j write statements: ~4 s on a server the start just launched).
+    # ... and the fast lane's own first-use costs: its imports, the ephemeral instance its asset
+    # contexts share, the plans of the Neo4j write statements.
     from mtrag_assets.fast_lane import warm_up
     warm_up(settings, [s.id for s in watched + git_watched], specs)
     armed = False
