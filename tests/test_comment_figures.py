@@ -33,6 +33,7 @@ _spec.loader.exec_module(comment_figures)
 # The modules whose comments were cleaned (the rest of the tree follows in later passes).
 SCOPE = [
     "mtrag_resources/stores", "mtrag_resources/embedding", "mtrag_resources/stages",
+    "mtrag_resources/publish", "mtrag_assets",
     *(str(p.relative_to(REPO)) for p in sorted((REPO / "mtrag_resources/core").glob("*.py"))
       if p.name != "versions.py"),
     *(f"mtrag_resources/serving/{name}.py" for name in (

@@ -1,31 +1,9 @@
 """Golden queries: the maintainer's queries with the items each must find, and the quality gate
-that holds a candidate generation to them before `index_manifest` moves CURRENT.
-
-The file (`golden.yaml`; path MTRAG_GOLDEN, default beside the sources file):
-
-    quality_gate: {min_recall: 0.0, max_drop: 0.05}     # both optional; these are the defaults
-    queries:
-      - id: password-prompt                             # unique; names the query in every report
-        query: how do I prompt the user for a password
-        kind: code                                      # optional: code | docs (default both)
-        mode: hybrid                                    # optional: hybrid (default) | dense | lexical | exact | bundles
-        k: 5                                            # 1..100: the query counts when an item is in its top k
-        expect:                                         # any one of these found in the top k recalls the query
-          - {source: click, file_path: src/click/decorators.py, symbol: click.decorators.password_option}
-
-No file: no gate. A query is recalled when any expected item is among its top `k` hits (same
-source id and file path, and the same symbol when one is given); recall@k is the share of
-queries recalled. A candidate is refused when its recall is below `min_recall`, or when, over
-the queries the published generation was measured on too (same id, text, kind, mode, k and
-expectations), its recall is more than `max_drop` below the published generation's.
-
-Defaults: `min_recall` 0.0 (no absolute floor until the maintainer sets one: a new golden file
-never blocks the build that introduces it) and `max_drop` 0.05 (with fewer than 20 queries any
-single query that stops being found refuses the generation; larger sets tolerate 5% noise).
-
-The evaluation itself runs the queries through the reader (`mtrag_resources.serving.golden`);
-this module holds what the publish protocol decides with the ranks: the file, recall, the
-verdict, the manifest's `quality` record and the persisted refusal `mtrag status` shows."""
+that holds a candidate generation to them before `index_manifest` moves CURRENT. This module holds
+what the publish protocol decides with the ranks: the file (`golden.yaml`, MTRAG_GOLDEN), recall,
+the verdict, the manifest's `quality` record and the persisted refusal `mtrag status` shows; the
+reader runs the queries (`mtrag_resources.serving.golden`). The file's format and the gate's rule:
+docs/retrieval.md#golden-queries and the header of data/golden.yaml."""
 from __future__ import annotations
 
 import datetime as dt
