@@ -60,3 +60,12 @@ def test_a_question_searches_the_chinese_index_by_its_content_words(translator):
     assert translator.translate("如何提示用户输入密码").segmented == "提示 用户 输入 密码"
     assert translator.translate("API 流式返回那个任务有哪些约束").segmented == "API 流式 返回 任务 约束"
     assert translator.translate("how do I prompt").segmented == ""
+
+
+def test_the_multilingual_channel_embeds_a_long_query_s_first_words():
+    from mtrag_resources.serving.reader import ML_QUERY_CJK_CHARS, ML_QUERY_WORDS, multilingual_query_text
+    long_en = " ".join(f"w{i}" for i in range(100))
+    assert multilingual_query_text(long_en).split() == long_en.split()[:ML_QUERY_WORDS]
+    assert multilingual_query_text("how do I prompt for a password") == "how do I prompt for a password"
+    long_zh = "如何提示用户输入密码" * 30
+    assert multilingual_query_text(long_zh) == long_zh[:ML_QUERY_CJK_CHARS]

@@ -114,6 +114,20 @@ class EmbedderMismatch(MtragError, RuntimeError):
     http_status = 409
 
 
+# The multilingual embedder's cost grows with the query's length (docs/performance.md#embedding);
+# what an English question asks of the Chinese chunks is in its first words.
+ML_QUERY_WORDS = 24
+ML_QUERY_CJK_CHARS = 128
+
+
+def multilingual_query_text(text: str) -> str:
+    """The part of a query the multilingual channel embeds: a Chinese one's first
+    ML_QUERY_CJK_CHARS characters, another's first ML_QUERY_WORDS words."""
+    if is_cjk_query(text):
+        return text[:ML_QUERY_CJK_CHARS]
+    return " ".join(text.split()[:ML_QUERY_WORDS])
+
+
 class ReaderCore:
     """The stateful part of the reader: open stores for the currently published generation."""
 
@@ -619,7 +633,7 @@ class ReaderCore:
         if not published:
             return False, []
         if self._multilingual is None:
-            self._multilingual = MultilingualEmbedder(threads=1)
+            self._multilingual = MultilingualEmbedder(threads=2)
         if self._multilingual.fingerprint_id != published.get("fingerprint_id"):
             return False, [{"source": "*", "store": "qdrant_ml",
                             "reason": f"the query's multilingual embedder {self._multilingual.fingerprint_id} is not "
@@ -628,7 +642,7 @@ class ReaderCore:
 
     def _embed_query_ml(self, text: str):
         t0 = time.perf_counter()
-        return self._multilingual.encode_query(text), _ms(t0)
+        return self._multilingual.encode_query(multilingual_query_text(text)), _ms(t0)
 
     def embedder(self):
         return self._embedder_for(self.manifest["embedder"])
