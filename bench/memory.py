@@ -33,6 +33,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import REPO, mtrag_env, write_json  # noqa: E402
+from tests.hostile_corpus import alias_bomb, github_issues, minified_js  # noqa: E402
 
 GOOD_SOURCE = '  - {id: good, kind: code, path: good}\n'
 HOSTILE_SOURCE = {"baseline": "good", "alias_bomb": "bomb", "minified_js": "web", "issues": "tracker"}
@@ -41,24 +42,6 @@ HOSTILE_SOURCE = {"baseline": "good", "alias_bomb": "bomb", "minified_js": "web"
 def stop_line(name: str) -> str:
     """The runner's line as the hostile source's embedding stage starts."""
     return f"[{HOSTILE_SOURCE[name]}] embedding_cache ..."
-
-
-def alias_bomb(levels: int) -> str:
-    parts = ["&a0 [" + ",".join(['"lol"'] * 9) + "]"]
-    parts += [f"&a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
-    return "[" + ", ".join(parts) + "]"
-
-
-def minified_js(functions: int) -> str:
-    return ";".join(f"function f{i}(a,b){{return a*{i}+b}}" for i in range(functions)) + "\n"
-
-
-def github_issues(count: int) -> str:
-    return json.dumps({"repository": "acme/shop", "issues": [
-        {"number": n, "title": f"Checkout fails {n}", "body": f"Calling `tax()` fails, see #{max(1, n - 1)}.",
-         "state": "open", "user": {"login": "ann"}, "created_at": "2024-01-01T00:00:00Z",
-         "updated_at": f"2024-{1 + n % 12:02d}-01T00:00:00Z", "html_url": f"https://github.com/acme/shop/issues/{n}"}
-        for n in range(1, count + 1)]})
 
 
 def write_input(name: str, work: Path, args) -> Path:
