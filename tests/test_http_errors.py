@@ -157,6 +157,9 @@ def test_unreachable_graph_is_200_with_the_graph_channel_stale(published, monkey
         code, answer = call(port, "POST", "/v1/query", {"text": "shopcart.tax.lookup_rate", "k": 3})
         assert code == 200 and answer["hits"][0]["symbol"] == "shopcart.tax.lookup_rate"
         assert answer["paths"] == []
+        # a scoped query reports what lags among the sources it read, not elsewhere
+        code, answer = call(port, "POST", "/v1/query", {"text": "tax rate", "k": 3, "sources": ["shop"]})
+        assert code == 200 and {(x["source"], x["store"]) for x in answer["stale"]} == {("shop", "neo4j")}
         code, answer = call(port, "POST", "/v1/paths", {"from": "shopcart.cart.Cart.total"})
         assert code == 200 and answer["paths"] == []
         stale = {(x["source"], x["store"]): x["reason"] for x in answer["stale"]}  # why there is no path

@@ -686,8 +686,11 @@ class ReaderCore:
         # one that does not (lexical, exact) would only wait for a load it never uses.
         self._dense_wanted = "dense" in MODES[mode] or mode == "bundles"
         with self._published_view():
-            out = self._query(text, k, kind, mode, check_sources(sources), visible)
-            out["stale"] = _without(out["stale"], _hidden_sources(self.manifest, visible))
+            scope = check_sources(sources)
+            out = self._query(text, k, kind, mode, scope, visible)
+            # what lags outside the sources the query read is not this answer's to report
+            read = None if scope is None else frozenset(scope) & visible if visible is not None else frozenset(scope)
+            out["stale"] = _without(out["stale"], _hidden_sources(self.manifest, visible if read is None else read))
             return out
 
     def _query(self, text: str, k: int, kind: str | None, mode: str, scope_ids: list[str] | None = None,
