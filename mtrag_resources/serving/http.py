@@ -52,6 +52,9 @@ PATHS_FIELDS = {"from", "to", "rel", "direction", "max_hops", "verified_only", "
 MAX_PATHS_LIMIT = openapi.MAX_PATHS_LIMIT
 ROUTES = {"/v1/query": ("POST",), "/v1/paths": ("POST",), "/v1/status": ("GET",), "/healthz": ("GET",),
           "/openapi.json": ("GET",)}
+# The handler method that answers each route, once its key and method are accepted.
+ANSWERS = {"/v1/query": "_answer_query", "/v1/paths": "_answer_paths", "/v1/status": "_answer_status",
+           "/healthz": "_answer_healthz", "/openapi.json": "_answer_openapi"}
 # The code of each error status (the error body's `code`); a status not named here is "error".
 CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
          408: "request_timeout", 409: "conflict", 411: "length_required", 413: "payload_too_large",
@@ -247,165 +250,198 @@ def _discard_input(sock: socket.socket, seconds: float) -> None:
             return
 
 
-def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S,
-                 read_deadline: float = http_limits.READ_DEADLINE_S, keys: ApiKeys | None = None):
-    """`keys`: the keys accepted (None: `api_key` alone, when given)."""
-    keys = keys if keys is not None else ApiKeys(api_key)
-    max_hops_limit = getattr(reader, "max_hops_limit", openapi.MAX_HOPS)
-    document = json.dumps(openapi.document(max_hops_limit)).encode("utf-8")
+def _principal(headers, keys: ApiKeys):
+    """Who a request's key is (api_keys.Principal), or None: no or a wrong key. A bearer token
+    wins over `X-API-Key`."""
+    given = headers.get("X-API-Key") or ""
+    bearer = _authorization_token(headers.get("Authorization") or "")
+    if bearer is not None:
+        given = bearer
+    return keys.authenticate(given)
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "mtrag"
-        sys_version = ""
-        timeout = socket_timeout
 
-        def setup(self):
-            super().setup()
-            # the head and body are read against one deadline (http_limits.DeadlineReader)
-            self.rfile.close()
-            self._deadline_reader = http_limits.DeadlineReader(self.connection, socket_timeout)
-            self.rfile = io.BufferedReader(self._deadline_reader)
+def _content_length(headers) -> int:
+    """The body's declared size: 411 none, 400 not a number, 413 over MAX_BODY_BYTES."""
+    length = headers.get("Content-Length")
+    if length is None:
+        if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
+            raise HttpError(411, "Content-Length is required (chunked bodies are not read)")
+        raise HttpError(411, "Content-Length is required")
+    if not length.isdigit() or not length.isascii():
+        raise BadRequest(f"Content-Length {length[:40]!r} is not a number of bytes")
+    if len(length.lstrip("0")) > 12 or int(length) > MAX_BODY_BYTES:  # no int() of 5000 digits
+        raise HttpError(413, f"request body is {length[:40]} bytes; the limit is {MAX_BODY_BYTES}")
+    return int(length)
 
-        def log_message(self, fmt, *args):  # the stdlib's own lines; the access log is _log_access
+
+def _json_object(headers, raw: bytes) -> dict:
+    """A read body as a JSON object: 415 not JSON's Content-Type, 400 not JSON, 422 not an object."""
+    ctype = (headers.get("Content-Type") or "application/json").split(";")[0].strip().lower()
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        raise HttpError(415, f"Content-Type {ctype[:80]!r} is not application/json")
+    try:
+        text = raw.decode("utf-8")
+        body = json.loads(text)
+        if may_hold_surrogates(text):  # a lone `\ud800` encodes nowhere, the answer's JSON neither
+            body = without_lone_surrogates(body)
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a 5000-digit number, deep nesting
+        raise BadRequest(f"body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise Unprocessable(f"body must be a JSON object, not {type(body).__name__}")
+    return body
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection's requests. make_handler subclasses it with what it answers from: the
+    reader, the keys accepted, the deadlines and the OpenAPI document."""
+    server_version = "mtrag"
+    sys_version = ""
+    timeout = SOCKET_TIMEOUT_S  # writing an answer; also how long a read may stall
+    read_deadline = http_limits.READ_DEADLINE_S
+    reader = None
+    keys: ApiKeys | None = None
+    max_hops_limit = openapi.MAX_HOPS
+    openapi_document = b""
+
+    def setup(self):
+        super().setup()
+        # the head and body are read against one deadline (http_limits.DeadlineReader)
+        self.rfile.close()
+        self._deadline_reader = http_limits.DeadlineReader(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self._deadline_reader)
+
+    def log_message(self, fmt, *args):  # the stdlib's own lines; the access log is _log_access
+        pass
+
+    def log_request(self, code="-", size="-"):
+        self._status = int(code) if str(code).isdigit() else code
+
+    def handle_one_request(self):
+        self._started, self._status, self.requestline = time.monotonic(), None, ""
+        self._deadline_reader.arm(self.read_deadline)
+        try:
+            super().handle_one_request()
+        finally:
+            if self._status is None and self._deadline_reader.expired and self._deadline_reader.received:
+                self._request_timed_out()
+            if self._status is not None:
+                self._log_access()
+
+    def _request_timed_out(self) -> None:
+        """A request begun but not read before its deadline: a 408 saying so, then the
+        connection closes (one that sent nothing is closed without a word)."""
+        self.close_connection = True
+        self._status = 408
+        message = (f"the request was not read within {self.read_deadline:g} s (MTRAG_HTTP_READ_DEADLINE_S), "
+                   f"or stalled for {self.timeout:g} s")
+        try:
+            self.connection.settimeout(1)
+            self.connection.sendall(_raw_answer(408, "Request Timeout", HttpError(408, message).body()))
+            self.connection.shutdown(socket.SHUT_WR)
+            _discard_input(self.connection, LINGER_S)
+        except OSError:
             pass
 
-        def log_request(self, code="-", size="-"):
-            self._status = int(code) if str(code).isdigit() else code
+    def _log_access(self) -> None:
+        ms = (time.monotonic() - self._started) * 1000
+        method = getattr(self, "command", None) or "-"
+        path = getattr(self, "path", None) or "-"
+        print(f"mtrag-http {self.client_address[0]} {_printable(method, 20)} {_printable(path)} "
+              f"{self._status} {ms:.1f}ms", file=sys.stderr, flush=True)
 
-        def handle_one_request(self):
-            self._started, self._status, self.requestline = time.monotonic(), None, ""
-            self._deadline_reader.arm(read_deadline)
-            try:
-                super().handle_one_request()
-            finally:
-                if self._status is None and self._deadline_reader.expired and self._deadline_reader.received:
-                    self._request_timed_out()
-                if self._status is not None:
-                    self._log_access()
+    def send_error(self, code, message=None, explain=None):
+        """The stdlib's own refusals (a bad request line, 414, 431, 505) as JSON error bodies."""
+        self.close_connection = True
+        self._send(int(code), HttpError(int(code), message or explain or "request refused").body())
 
-        def _request_timed_out(self) -> None:
-            """A request begun but not read before its deadline: a 408 saying so, then the
-            connection closes (one that sent nothing is closed without a word)."""
-            self.close_connection = True
-            self._status = 408
-            message = (f"the request was not read within {read_deadline:g} s (MTRAG_HTTP_READ_DEADLINE_S), "
-                       f"or stalled for {socket_timeout:g} s")
-            try:
-                self.connection.settimeout(1)
-                self.connection.sendall(_raw_answer(408, "Request Timeout", HttpError(408, message).body()))
-                self.connection.shutdown(socket.SHUT_WR)
-                _discard_input(self.connection, LINGER_S)
-            except OSError:
-                pass
+    def _send(self, status: int, body, headers: dict | None = None) -> None:
+        if hasattr(body, "to_dict"):  # the reader's typed results (serving/results.py)
+            body = body.to_dict()
+        data = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode("utf-8")
+        self._deadline_reader.disarm()  # the request is read; its answer is written under `timeout`
+        self.connection.settimeout(self.timeout)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if getattr(self, "command", None) != "HEAD":
+            self.wfile.write(data)
 
-        def _log_access(self) -> None:
-            ms = (time.monotonic() - self._started) * 1000
-            method = getattr(self, "command", None) or "-"
-            path = getattr(self, "path", None) or "-"
-            print(f"mtrag-http {self.client_address[0]} {_printable(method, 20)} {_printable(path)} "
-                  f"{self._status} {ms:.1f}ms", file=sys.stderr, flush=True)
+    def _refuse(self, exc: Exception) -> None:
+        err = _as_http_error(exc)
+        if err is None:
+            raise exc
+        self._send(err.http_status, err.body(), err.headers)
 
-        def send_error(self, code, message=None, explain=None):
-            """The stdlib's own refusals (a bad request line, 414, 431, 505) as JSON error bodies."""
-            self.close_connection = True
-            self._send(int(code), HttpError(int(code), message or explain or "request refused").body())
+    def _body(self) -> dict:
+        length = _content_length(self.headers)
+        return _json_object(self.headers, self.rfile.read(length))
 
-        def _send(self, status: int, body, headers: dict | None = None) -> None:
-            if hasattr(body, "to_dict"):  # the reader's typed results (serving/results.py)
-                body = body.to_dict()
-            data = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode("utf-8")
-            self._deadline_reader.disarm()  # the request is read; its answer is written under `timeout`
-            self.connection.settimeout(socket_timeout)
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            if getattr(self, "command", None) != "HEAD":
-                self.wfile.write(data)
+    def _answering(self, principal):
+        """The reader that answers this key: a team's key gets the reader scoped to its sources
+        (reader.ScopedReader)."""
+        return self.reader if principal.sources is None else self.reader.scoped(principal.sources)
 
-        def _refuse(self, exc: Exception) -> None:
-            err = _as_http_error(exc)
-            if err is None:
-                raise exc
-            self._send(err.http_status, err.body(), err.headers)
+    def _route(self) -> None:
+        """Authentication, then 404 and 405, then the route's own answer (ANSWERS)."""
+        path = self.path.split("?", 1)[0]
+        methods = ROUTES.get(path)
+        # liveness is open to a probe that cannot send a key; it says nothing but `{"ok": true}`
+        principal = _principal(self.headers, self.keys) if path != "/healthz" else None
+        if path != "/healthz" and principal is None:
+            raise HttpError(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
+        if methods is None:
+            raise HttpError(404, f"no route {self.command[:20]} {self.path[:100]}")
+        method = "GET" if self.command == "HEAD" else self.command
+        if method not in methods:
+            raise HttpError(405, f"{path} takes {', '.join(methods)}, not {self.command[:20]}",
+                            headers={"Allow": ", ".join(methods)})
+        getattr(self, ANSWERS[path])(principal)
 
-        def _principal(self):
-            """Who the request's key is (api_keys.Principal), or None: no or a wrong key."""
-            given = self.headers.get("X-API-Key") or ""
-            bearer = _authorization_token(self.headers.get("Authorization") or "")
-            if bearer is not None:
-                given = bearer
-            return keys.authenticate(given)
+    def _answer_healthz(self, principal) -> None:
+        self._send(200, {"ok": True})
 
-        def _body(self) -> dict:
-            length = self.headers.get("Content-Length")
-            if length is None:
-                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                    raise HttpError(411, "Content-Length is required (chunked bodies are not read)")
-                raise HttpError(411, "Content-Length is required")
-            if not length.isdigit() or not length.isascii():
-                raise BadRequest(f"Content-Length {length[:40]!r} is not a number of bytes")
-            if len(length.lstrip("0")) > 12 or int(length) > MAX_BODY_BYTES:  # no int() of 5000 digits
-                raise HttpError(413, f"request body is {length[:40]} bytes; the limit is {MAX_BODY_BYTES}")
-            raw = self.rfile.read(int(length))
-            ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip().lower()
-            if ctype != "application/json" and not ctype.endswith("+json"):
-                raise HttpError(415, f"Content-Type {ctype[:80]!r} is not application/json")
-            try:
-                text = raw.decode("utf-8")
-                body = json.loads(text)
-                if may_hold_surrogates(text):  # a lone `\ud800` encodes nowhere, the answer's JSON neither
-                    body = without_lone_surrogates(body)
-            except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a 5000-digit number, deep nesting
-                raise BadRequest(f"body is not JSON: {exc}") from exc
-            if not isinstance(body, dict):
-                raise Unprocessable(f"body must be a JSON object, not {type(body).__name__}")
-            return body
+    def _answer_openapi(self, principal) -> None:
+        self._send(200, self.openapi_document)
 
-        def _route(self) -> None:
-            path = self.path.split("?", 1)[0]
-            methods = ROUTES.get(path)
-            # liveness is open to a probe that cannot send a key; it says nothing but `{"ok": true}`
-            principal = self._principal() if path != "/healthz" else None
-            if path != "/healthz" and principal is None:
-                raise HttpError(401, "missing or wrong API key", headers={"WWW-Authenticate": "Bearer"})
-            if methods is None:
-                raise HttpError(404, f"no route {self.command[:20]} {self.path[:100]}")
-            method = "GET" if self.command == "HEAD" else self.command
-            if method not in methods:
-                raise HttpError(405, f"{path} takes {', '.join(methods)}, not {self.command[:20]}",
-                                headers={"Allow": ", ".join(methods)})
-            if path == "/healthz":
-                return self._send(200, {"ok": True})
-            if path == "/openapi.json":
-                return self._send(200, document)
-            # a team's key is answered by the reader scoped to its sources (reader.ScopedReader)
-            answering = reader if principal.sources is None else reader.scoped(principal.sources)
-            if path == "/v1/status":
-                return self._send(200, answering.status())
-            body = self._body()
-            if path == "/v1/query":
-                return self._send(200, answering.query(**query_args(body)))
-            args = paths_args(body, max_hops_limit)
-            answer = answering.paths(args["from_name"], args["to_name"], args["rel_types"], args["direction"],
-                                     args["max_hops"], args["verified_only"], args["limit"])
-            check_known_symbols(answering, answer, {"from": args["from_name"], "to": args["to_name"]})
-            return self._send(200, answer)
+    def _answer_status(self, principal) -> None:
+        self._send(200, self._answering(principal).status())
 
-        def _dispatch(self) -> None:
-            try:
-                self._route()
-            except Exception as exc:  # noqa: BLE001 - every failure is answered with a status, see _as_http_error
-                self._refuse(exc)
+    def _answer_query(self, principal) -> None:
+        answering = self._answering(principal)
+        self._send(200, answering.query(**query_args(self._body())))
 
-        def __getattr__(self, name: str):
-            if name.startswith("do_"):  # every method, so none gets the stdlib's HTML 501
-                return self._dispatch
-            raise AttributeError(name)
+    def _answer_paths(self, principal) -> None:
+        answering = self._answering(principal)
+        args = paths_args(self._body(), self.max_hops_limit)
+        answer = answering.paths(args["from_name"], args["to_name"], args["rel_types"], args["direction"],
+                                 args["max_hops"], args["verified_only"], args["limit"])
+        check_known_symbols(answering, answer, {"from": args["from_name"], "to": args["to_name"]})
+        self._send(200, answer)
 
-    return Handler
+    def _dispatch(self) -> None:
+        try:
+            self._route()
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with a status, see _as_http_error
+            self._refuse(exc)
+
+    def __getattr__(self, name: str):
+        if name.startswith("do_"):  # every method, so none gets the stdlib's HTML 501
+            return self._dispatch
+        raise AttributeError(name)
+
+
+def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S,
+                 read_deadline: float = http_limits.READ_DEADLINE_S, keys: ApiKeys | None = None):
+    """The request handler class for one server. `keys`: the keys accepted (None: `api_key`
+    alone, when given)."""
+    max_hops_limit = getattr(reader, "max_hops_limit", openapi.MAX_HOPS)
+    return type("Handler", (_Handler,), {
+        "reader": reader, "keys": keys if keys is not None else ApiKeys(api_key),
+        "timeout": socket_timeout, "read_deadline": read_deadline, "max_hops_limit": max_hops_limit,
+        "openapi_document": json.dumps(openapi.document(max_hops_limit)).encode("utf-8")})
 
 
 class Server(ThreadingHTTPServer):
