@@ -36,6 +36,7 @@ def test_the_document_is_valid_openapi_3_1():
     assert {path: sorted(m.upper() for m in ops) for path, ops in doc["paths"].items()} == \
         {path: sorted(methods) for path, methods in mhttp.ROUTES.items()}
     assert openapi.MAX_BODY_BYTES == mhttp.MAX_BODY_BYTES
+    assert all(callable(getattr(mhttp._Handler, mhttp.ANSWERS[path], None)) for path in mhttp.ROUTES)
     assert openapi.document(4)["components"]["schemas"]["PathsRequest"]["properties"]["max_hops"]["maximum"] == 4
     assert set(mhttp.CODES.values()) <= set(openapi.ERROR_CODES)
     schemas = doc["components"]["schemas"]
