@@ -161,37 +161,113 @@ def _embedded(settings: Settings, runs: dict) -> int:
                 total += int(getattr(mat.metadata.get("embedded"), "value", 0) or 0)
     return total
 
+def _one_line(exc: BaseException) -> str:
+    """An exception as the watch logs it: its type and its message on one line, cut at 300 chars."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
-def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None, log=print,
-              stop: threading.Event | None = None, debounce_ms: int = DEBOUNCE_MS) -> int:
-    import watchfiles
 
-    from mtrag_assets.runner import run_build
+class WatchLoop:
+    """One `mtrag watch` process: the sources it follows, the batches it applies (the fast lane,
+    or a Dagster run to converge), and the loop over the file events that feeds them."""
 
-    if only:
-        unknown = sorted(set(only) - {s.id for s in specs})
-        if unknown:
-            raise SourceConfigError(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
-    # folder sources (an issues source's path is an export file: `mtrag build` picks up a new one);
-    # a missing folder is not watched, and each build names it as that source's error
-    watched = [s for s in specs if (not only or s.id in only) and s.path and s.kind != "issues"]
-    for spec in [s for s in watched if folder_problem(s, settings.sources_file)]:
-        log(f"mtrag: {folder_problem(spec, settings.sources_file)}; not watched (the other sources are)")
-        watched.remove(spec)
-    # git sources: a new commit on the ref (refs, HEAD, packed-refs change under the git folder)
-    git_watched = [s for s in specs if (not only or s.id in only) and s.git is not None and not s.error]
-    if not watched and not git_watched:
-        raise SourceConfigError("nothing to watch: `mtrag watch` follows folder sources (`path:`) and git "
-                                "sources (`git:` + `ref:`); the others are pinned sdists or issue exports: "
-                                f"{[s.id for s in specs]}")
-    roots = {s.id: spec_root(settings, s).resolve() for s in watched}
-    git_dirs = {s.id: _git_dir(settings, s) for s in git_watched}
-    git_by_id = {s.id: s for s in git_watched}
-    stop = stop or threading.Event()
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, lambda *_: stop.set())
+    def __init__(self, settings: Settings, specs: list[SourceSpec], only: list[str] | None = None, log=print,
+                 stop: threading.Event | None = None):
+        if only:
+            unknown = sorted(set(only) - {s.id for s in specs})
+            if unknown:
+                raise SourceConfigError(f"unknown source id(s) {unknown}; known: {[s.id for s in specs]}")
+        self.settings, self.specs, self.log = settings, specs, log
+        # folder sources (an issues source's path is an export file: `mtrag build` picks up a new
+        # one); a missing folder is not watched, and each build names it as that source's error
+        self.watched = [s for s in specs if (not only or s.id in only) and s.path and s.kind != "issues"]
+        for spec in [s for s in self.watched if folder_problem(s, settings.sources_file)]:
+            log(f"mtrag: {folder_problem(spec, settings.sources_file)}; not watched (the other sources are)")
+            self.watched.remove(spec)
+        # git sources: a new commit on the ref (refs, HEAD, packed-refs change under the git folder)
+        self.git_watched = [s for s in specs if (not only or s.id in only) and s.git is not None and not s.error]
+        if not self.watched and not self.git_watched:
+            raise SourceConfigError("nothing to watch: `mtrag watch` follows folder sources (`path:`) and git "
+                                    "sources (`git:` + `ref:`); the others are pinned sdists or issue exports: "
+                                    f"{[s.id for s in specs]}")
+        self.roots = {s.id: spec_root(settings, s).resolve() for s in self.watched}
+        self.git_dirs = {s.id: _git_dir(settings, s) for s in self.git_watched}
+        self.git_by_id = {s.id: s for s in self.git_watched}
+        self.stop = stop or threading.Event()
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, lambda *_: self.stop.set())
+        # set by a failed fast batch: the next batch converges through a Dagster run
+        self.converge_pending = False
+        self.last_scan = time.monotonic()  # the rescan's clock, restarted once the watcher is up
+        # Lineage is written by one worker, in batch order, while the loop takes the next change: a
+        # change saved right after a publish waited for the previous batch's ~15 event writes. The
+        # loop's end waits for it, so a stopped watch has recorded everything.
+        self.recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtrag-watch-record")
 
-    def apply(paths: set[Path], why: str, targets: list[str] | None = None) -> None:
+    def run(self, debounce_ms: int = DEBOUNCE_MS) -> int:
+        """Converge, warm up, then apply each batch of changes until `stop`; 0 once stopped."""
+        import watchfiles
+
+        # Converge first: what changed while no watch ran, or what a killed batch left half-applied.
+        self.apply(set(), "start")
+        self._warm_up()
+        armed = False
+        self.last_scan = time.monotonic()
+        # An empty batch every LOOP_TICK_MS (yield_on_timeout; a change's batch is debounced as
+        # before): the first one says the watcher is armed, so a change saved before that is caught
+        # by one more convergence pass, not lost.
+        for changes in watchfiles.watch(*self.roots.values(), *self.git_dirs.values(), watch_filter=self._keeper(),
+                                        debounce=debounce_ms, step=QUIET_MS, stop_event=self.stop,
+                                        rust_timeout=LOOP_TICK_MS, yield_on_timeout=True, raise_interrupt=False):
+            # The live Qdrant the batches keep open goes when another process (`mtrag build`,
+            # `mtrag status`) waits for its lock, or after a long quiet spell.
+            close_parked_qdrant(idle_s=KEEP_QDRANT_OPEN_S)
+            if self.stop.is_set():
+                break
+            if not armed:
+                armed = True
+                self.apply(set(), "start")
+                folders = {**self.roots, **self.git_dirs}
+                self.log(f"watching {', '.join(f'{sid} ({root})' for sid, root in folders.items())}; Ctrl-C stops")
+            self._take({Path(p) for _, p in changes})
+        return self._shut_down()
+
+    def _warm_up(self) -> None:
+        # Load the embedding model now (a start with nothing to embed never did): the first change
+        # would otherwise pay it (docs/performance.md#the-fast-lane-and-the-watch).
+        from mtrag_assets.resources import MtragResource
+        MtragResource().embedder().encode(["mtrag watch warm-up"])
+        # ... and the fast lane's own first-use costs: its imports, the ephemeral instance its asset
+        # contexts share, the plans of the Neo4j write statements.
+        from mtrag_assets.fast_lane import warm_up
+        warm_up(self.settings, [s.id for s in self.watched + self.git_watched], self.specs)
+
+    def _keeper(self):
+        """The event filter: watchfiles' default one drops everything under `.git`, where a watched
+        ref moves."""
+        import watchfiles
+        default_filter = watchfiles.DefaultFilter()
+
+        def keep(change, path: str) -> bool:
+            return _ref_file(Path(path), self.git_dirs) or default_filter(change, path)
+        return keep
+
+    def _take(self, paths: set[Path]) -> None:
+        """One turn of the loop: the events' batch, a pending convergence, or the rescan."""
+        if any(_taken(self.watched, self.roots, p) for p in paths) or any(_ref_file(p, self.git_dirs) for p in paths):
+            self.apply(paths, "change")
+            self.last_scan = time.monotonic()
+        elif self.converge_pending:  # a failed fast batch: converge through a run, now
+            self.apply(set(), "retry")
+        elif time.monotonic() - self.last_scan > RESCAN_S:
+            # A safety net under inotify (a save that raced a long batch, or an event the kernel
+            # dropped): the watched sources' stat walk against their snapshots, every RESCAN_S.
+            self.last_scan = time.monotonic()
+            lagging = changed_sources(self.settings, self.watched + self.git_watched, None)[0]
+            if lagging:
+                self.log(f"rescan: {', '.join(lagging)} changed without a file event")
+                self.apply(set(), "rescan", lagging)
+
+    def apply(self, paths: set[Path], why: str, targets: list[str] | None = None) -> None:
         """`targets`: sources known to have changed (the rescan) go straight to the fast lane."""
         # A batch runs in a thread of its own: SIGINT / SIGTERM then only set `stop` (the main
         # thread's handler) and the batch is published before the loop ends. Dagster turns a
@@ -200,7 +276,7 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
 
         def work() -> None:
             try:
-                _apply(paths, why, targets)
+                self._apply(paths, why, targets)
             except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
                 failure.append(exc)
 
@@ -211,131 +287,98 @@ def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | Non
         if failure and why == "start":
             raise failure[0]
         if failure:  # a change's run failed (the UI shows it): keep watching; the next change retries
-            log(f"build failed ({type(failure[0]).__name__}: {' '.join(str(failure[0]).split())[:300]}); "
-                "still watching")
+            self.log(f"build failed ({_one_line(failure[0])}); still watching")
 
-    converge_next = {"pending": False}
-    # Lineage is written by one worker, in batch order, while the loop takes the next change: a
-    # change saved right after a publish waited for the previous batch's ~15 event writes (0.3-0.5
-    # s at django's size). The loop's end waits for it, so a stopped watch has recorded everything.
-    recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtrag-watch-record")
-
-    def _apply(paths: set[Path], why: str, known: list[str] | None) -> None:
+    def _apply(self, paths: set[Path], why: str, known: list[str] | None) -> None:
         t0 = time.perf_counter()
-        if (paths or known) and not converge_next["pending"]:
-            _fast(paths, why, t0, known)
-            return
-        targets, removed = changed_sources(settings, specs, None)
-        targets = [t for t in targets if t in roots or t in git_by_id] if paths else targets
+        if (paths or known) and not self.converge_pending:
+            self._fast(paths, why, t0, known)
+        else:
+            self._converge(paths, why, t0)
+
+    def _converge(self, paths: set[Path], why: str, t0: float) -> None:
+        """The changed sources through a Dagster run (`run_build`): the start, and the batch after
+        a failed fast one."""
+        from mtrag_assets.runner import run_build
+        settings = self.settings
+        targets, removed = changed_sources(settings, self.specs, None)
+        targets = [t for t in targets if t in self.roots or t in self.git_by_id] if paths else targets
         if not targets and (paths or not (removed or publish_pending(settings))):
-            converge_next["pending"] = False
+            self.converge_pending = False
             return
-        summary = run_build(settings, specs, only=targets or None, log=lambda line: None,
+        summary = run_build(settings, self.specs, only=targets or None, log=lambda line: None,
                             extra_tags={PLANE_TAG: "watch"})
-        converge_next["pending"] = False
+        self.converge_pending = False
         if summary.get("unchanged"):  # only sources that cannot be built changed: nothing published
             return
         seconds = time.perf_counter() - t0
         generation = (load_current(settings.manifest_dir) or {}).get("generation")
         embedded = _embedded(settings, summary["runs"])
-        _journal(settings, summary["built"], paths, roots, generation, seconds, summary["runs"].get("__publish__"))
-        log(f"published generation {generation} ({why}): sources {', '.join(summary['built']) or '-'}, "
-            f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
+        _journal(settings, summary["built"], paths, self.roots, generation, seconds, summary["runs"].get("__publish__"))
+        self._published(generation, why, summary["built"], paths, embedded, seconds)
 
-    def _fast(paths: set[Path], why: str, t0: float, targets: list[str] | None = None) -> None:
+    def _fast(self, paths: set[Path], why: str, t0: float, targets: list[str] | None = None) -> None:
         """The changed files' sources through the fast lane (fast_lane.py): no run, lineage after."""
         from mtrag_assets.fast_lane import run_batch
+        settings, roots = self.settings, self.roots
         if targets is None:
-            targets = [s.id for s in watched if any(_taken([s], roots, p) for p in paths)]
-            targets += _moved_refs(settings, git_by_id, git_dirs, paths)
+            targets = [s.id for s in self.watched if any(_taken([s], roots, p) for p in paths)]
+            targets += _moved_refs(settings, self.git_by_id, self.git_dirs, paths)
         if not targets:  # a git folder's own bookkeeping (objects, index, logs): no ref moved
             return
-        # the raw stage reads only what the events named (the rescan below catches what they missed)
+        # the raw stage reads only what the events named (the rescan catches what they missed)
         changed = {sid: {rel for rel in (_named(p, roots[sid]) for p in paths) if rel is not None}
                    for sid in targets if sid in roots} if paths else None
         try:
             # a batch's garbage collections run once it has published, not on its path
             # (docs/performance.md#the-fast-lane-and-the-watch)
             with collections_after():
-                batch = run_batch(settings, specs, targets, log=lambda line: None, keep_qdrant=True, changed=changed)
+                batch = run_batch(settings, self.specs, targets, log=lambda line: None, keep_qdrant=True,
+                                  changed=changed)
         except Exception as exc:  # noqa: BLE001 - the next batch converges through a run
-            close_parked_qdrant()  # a build of another process may be what it ran into
-            forget_neo4j_schemas()  # or an index dropped under it: made again before the next write
-            converge_next["pending"] = True
-            log(f"batch failed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
-                "the next change converges through a Dagster run")
+            self._fast_failed(exc)
             return
         seconds = time.perf_counter() - t0
         generation = (load_current(settings.manifest_dir) or {}).get("generation")
         embedded = sum(int(getattr(meta.get("embedded"), "value", 0) or 0) for meta in batch.metadata_of("embedding_cache"))
         _journal(settings, [t for t in batch.targets if t in roots], paths, roots, generation, seconds,
-                 batch.batch_id, commits=_commits(settings, [t for t in batch.targets if t in git_by_id]),
+                 batch.batch_id, commits=_commits(settings, [t for t in batch.targets if t in self.git_by_id]),
                  stage_seconds=batch.seconds)
-        log(f"published generation {generation} ({why}): sources {', '.join(batch.targets) or '-'}, "
-            f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
-        recorder.submit(_record, batch)
+        self._published(generation, why, batch.targets, paths, embedded, seconds)
+        self.recorder.submit(self._record, batch)
 
-    def _record(batch) -> None:
+    def _fast_failed(self, exc: Exception) -> None:
+        close_parked_qdrant()  # a build of another process may be what it ran into
+        forget_neo4j_schemas()  # or an index dropped under it: made again before the next write
+        self.converge_pending = True
+        self.log(f"batch failed ({_one_line(exc)}); the next change converges through a Dagster run")
+
+    def _published(self, generation, why: str, sources: list[str], paths: set[Path], embedded: int,
+                   seconds: float) -> None:
+        self.log(f"published generation {generation} ({why}): sources {', '.join(sources) or '-'}, "
+                 f"files {len(paths)}, chunks embedded {embedded}, {seconds:.2f} s")
+
+    def _record(self, batch) -> None:
+        """A published batch's lineage into the Dagster instance (on the recorder thread)."""
         from mtrag_assets.fast_lane import record
         t1 = time.perf_counter()
         try:
-            events = record(settings, specs, batch)
+            events = record(self.settings, self.specs, batch)
         except Exception as exc:  # noqa: BLE001 - the generation is published; its lineage is what failed
-            log(f"recording batch {batch.batch_id} failed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
+            self.log(f"recording batch {batch.batch_id} failed ({_one_line(exc)})")
             return
-        log(f"recorded {events} asset events of batch {batch.batch_id} in {time.perf_counter() - t1:.2f} s")
+        self.log(f"recorded {events} asset events of batch {batch.batch_id} in {time.perf_counter() - t1:.2f} s")
 
-    # Converge first: what changed while no watch ran, or what a killed batch left half-applied.
-    apply(set(), "start")
-    # Load the embedding model now (a start with nothing to embed never did): the first change
-    # would otherwise pay it (docs/performance.md#the-fast-lane-and-the-watch).
-    from mtrag_assets.resources import MtragResource
-    MtragResource().embedder().encode(["mtrag watch warm-up"])
-    # ... and the fast lane's own first-use costs: its imports, the ephemeral instance its asset
-    # contexts share, the plans of the Neo4j write statements.
-    from mtrag_assets.fast_lane import warm_up
-    warm_up(settings, [s.id for s in watched + git_watched], specs)
-    armed = False
-    last_scan = time.monotonic()
+    def _shut_down(self) -> int:
+        close_parked_qdrant()
+        self.recorder.shutdown(wait=True)
+        close_kept_neo4j_drivers()
+        self.log("stopped")
+        return 0
 
-    # An empty batch every LOOP_TICK_MS (yield_on_timeout; a change's batch is debounced as before):
-    # the first one says the watcher is armed, so a change saved before that is caught by one more
-    # convergence pass, not lost.
-    # watchfiles' default filter drops everything under `.git`: where a watched ref moves
-    default_filter = watchfiles.DefaultFilter()
 
-    def keep(change, path: str) -> bool:
-        return _ref_file(Path(path), git_dirs) or default_filter(change, path)
-
-    for changes in watchfiles.watch(*roots.values(), *git_dirs.values(), watch_filter=keep, debounce=debounce_ms,
-                                    step=QUIET_MS, stop_event=stop,
-                                    rust_timeout=LOOP_TICK_MS, yield_on_timeout=True, raise_interrupt=False):
-        # The live Qdrant the batches keep open goes when another process (`mtrag build`, `mtrag
-        # status`) waits for its lock, or after a long quiet spell.
-        close_parked_qdrant(idle_s=KEEP_QDRANT_OPEN_S)
-        if stop.is_set():
-            break
-        if not armed:
-            armed = True
-            apply(set(), "start")
-            log(f"watching {', '.join(f'{sid} ({root})' for sid, root in {**roots, **git_dirs}.items())}; "
-                "Ctrl-C stops")
-        paths = {Path(p) for _, p in changes}
-        if any(_taken(watched, roots, p) for p in paths) or any(_ref_file(p, git_dirs) for p in paths):
-            apply(paths, "change")
-            last_scan = time.monotonic()
-        elif converge_next["pending"]:  # a failed fast batch: converge through a run, now
-            apply(set(), "retry")
-        elif time.monotonic() - last_scan > RESCAN_S:
-            # A safety net under inotify (a save that raced a long batch, or an event the kernel
-            # dropped): the watched sources' stat walk against their snapshots, every RESCAN_S.
-            last_scan = time.monotonic()
-            lagging = changed_sources(settings, watched + git_watched, None)[0]
-            if lagging:
-                log(f"rescan: {', '.join(lagging)} changed without a file event")
-                apply(set(), "rescan", lagging)
-    close_parked_qdrant()
-    recorder.shutdown(wait=True)
-    close_kept_neo4j_drivers()
-    log("stopped")
-    return 0
+def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None, log=print,
+              stop: threading.Event | None = None, debounce_ms: int = DEBOUNCE_MS) -> int:
+    """`mtrag watch`: follow the watched sources and publish each change until `stop` (or SIGINT /
+    SIGTERM); 0 once stopped."""
+    return WatchLoop(settings, specs, only=only, log=log, stop=stop).run(debounce_ms)
