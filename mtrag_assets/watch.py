@@ -33,6 +33,7 @@ DEBOUNCE_MS = 200  # the longest a burst of changes is grouped into one batch
 # (docs/performance.md#the-fast-lane-and-the-watch).
 QUIET_MS = 20
 RESCAN_S = 5.0  # a stat walk of the watched sources when no event came for this long
+RETRY_S = 30.0  # a convergence run that failed is tried again after this long, or at the next change
 # The embedded Qdrant stays open from one batch to the next, and is closed after this long without
 # one (or at once when another process waits for its lock: stores/qdrant_folder.wanted_by_another).
 KEEP_QDRANT_OPEN_S = 600.0
@@ -197,6 +198,7 @@ class WatchLoop:
             signal.signal(sig, lambda *_: self.stop.set())
         # set by a failed fast batch: the next batch converges through a Dagster run
         self.converge_pending = False
+        self.retry_at = 0.0  # when a failed convergence is tried again without a change
         self.last_scan = time.monotonic()  # the rescan's clock, restarted once the watcher is up
         # Lineage is written by one worker, in batch order, while the loop takes the next change: a
         # change saved right after a publish waited for the previous batch's ~15 event writes. The
@@ -256,8 +258,8 @@ class WatchLoop:
         if any(_taken(self.watched, self.roots, p) for p in paths) or any(_ref_file(p, self.git_dirs) for p in paths):
             self.apply(paths, "change")
             self.last_scan = time.monotonic()
-        elif self.converge_pending:  # a failed fast batch: converge through a run, now
-            self.apply(set(), "retry")
+        elif self.converge_pending and time.monotonic() >= self.retry_at:
+            self.apply(set(), "retry")  # a failed fast batch: converge through a run
         elif time.monotonic() - self.last_scan > RESCAN_S:
             # A safety net under inotify (a save that raced a long batch, or an event the kernel
             # dropped): the watched sources' stat walk against their snapshots, every RESCAN_S.
@@ -287,6 +289,7 @@ class WatchLoop:
         if failure and why == "start":
             raise failure[0]
         if failure:  # a change's run failed (the UI shows it): keep watching; the next change retries
+            self.retry_at = time.monotonic() + RETRY_S  # not a failing run every turn of the loop
             self.log(f"build failed ({_one_line(failure[0])}); still watching")
 
     def _apply(self, paths: set[Path], why: str, known: list[str] | None) -> None:
