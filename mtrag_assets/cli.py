@@ -158,6 +158,11 @@ def _nothing_changed(failing: dict[str, str], t0: float, said: bool = False, set
         reclaimed = reclaim(settings, {s.id for s in specs} | set(published))["reclaimed"]
         if reclaimed:
             print(f"reclaimed {reclaimed}")
+        from mtrag_resources.publish.cas_sweep import sweep
+        swept = sweep(settings)  # here, where every store holds what the tables say
+        if swept["deleted"]:
+            print(f"reclaimed {swept['bytes'] / (1 << 20):.1f} MB of {swept['deleted']} CAS blobs no source "
+                  "names any more")
     seconds = f"{time.perf_counter() - t0:.2f} s"
     if not failing:
         print(f"nothing changed since the published generation ({seconds})")

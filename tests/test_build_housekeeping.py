@@ -149,3 +149,44 @@ def test_mtrag_home_inside_a_source_is_not_walked_and_a_source_in_it_is_refused(
     assert (f"source id='own': path 'shop-docs/mtrag-home': is MTRAG_HOME ({home.resolve()}): mtrag's own output, "
             "not a source") in out.stderr, out.stderr
     assert load_current(Settings.from_env().manifest_dir)["generation"] == 1
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+def test_cas_blobs_no_source_names_go_in_two_sweeps_and_every_build_input_stays(mtrag_env):
+    import hashlib
+    import json
+    import time
+    from mtrag_resources.publish import cas_sweep
+    from mtrag_resources.stores.cas import ContentStore
+    settings = Settings.from_env()
+    cas = ContentStore(settings.cas_dir)
+    built(mtrag("build"))
+    tax = mtrag_env["pkg"] / "tax.py"
+    old_bytes = tax.read_bytes()
+    old_digest = hashlib.sha256(old_bytes).hexdigest()
+    assert cas.has(old_digest)
+    tax.write_text(tax.read_text() + '\n\ndef swept_away(x):\n    """Only here to be edited."""\n    return x\n')
+    built(mtrag("build"))  # the old bytes (and the texts of the chunks that changed) are named by nothing now
+
+    first = built(mtrag("build"))  # nothing changed: the first sweep records, deletes nothing
+    assert "nothing changed" in first.stdout and "CAS blobs" not in first.stdout
+    recorded = json.loads(cas_sweep.candidates_path(settings).read_text())
+    assert old_digest in recorded["digests"] and cas.has(old_digest)
+    live = cas_sweep.live_digests(settings, cas_sweep.built_sources(settings))
+    assert not live & set(recorded["digests"])
+
+    # before GRACE_S nothing more happens; after it, what is still unreferenced goes
+    assert cas_sweep.sweep(settings)["swept"] is False and cas.has(old_digest)
+    done = cas_sweep.sweep(settings, now=time.time() + cas_sweep.GRACE_S + 1)
+    assert done["swept"] and done["deleted"] >= 1 and done["bytes"] > 0
+    assert not cas.has(old_digest) and all(cas.has(d) for d in live)
+
+    # every build input is still there: a forced full rebuild reads each file's and chunk's blob
+    forced = built(mtrag("build", "--force"))
+    assert "published generation" in forced.stdout
+    out = json.loads(built(mtrag("query", "swept_away", "--json")).stdout)
+    assert out["hits"][0]["symbol"].endswith("swept_away")
+    tax.write_bytes(old_bytes)  # the old content back: its blob is written again
+    built(mtrag("build"))
+    assert cas.has(old_digest)
