@@ -86,8 +86,9 @@ def test_identifiers_in_calls_and_empty():
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("#8", True), (" acme/shop#12 ", True), ("PROJ-12", True), ("click.prompt", True),
-    ("# 8", False), ("issue #8", False), ("prompt", False), ("proj-12", False),
+    ("#8", True), (" acme/shop#12 ", True), ("PROJ-12", True), ("MY_PROJ-12", True), ("click.prompt", True),
+    ("# 8", False), ("issue #8", False), ("prompt", False), ("proj-12", False), ("#0", False),
+    (f"#{2**63}", False),
 ])
 def test_an_issue_key_is_a_whole_query_name(text, expected):
     assert is_identifier_query(text) is expected

@@ -45,6 +45,7 @@ from mtrag_resources.ingest.chunking.docs import chunk_doc
 from mtrag_resources.ingest.chunking.limits import DEFAULT_MAX_ISSUES, cut_warning
 from mtrag_resources.ingest.chunking.tokens import sentence_spans
 from mtrag_resources.ingest.filetypes import CODE_LANGUAGES
+from mtrag_resources.ingest.issue_keys import JIRA_KEY_RE, MAX_ISSUE_NUMBER, MAX_NUMBER_DIGITS, REPO_RE, number_of
 
 FORMATS = ("github", "jira")
 SOURCE_KIND = "issues"
@@ -52,15 +53,9 @@ SOURCE_KIND = "issues"
 PARENT_BODY_CHARS = 2000
 SUMMARY_MAX_CHARS = 300
 NOT_AN_EXPORT = "not a GitHub or Jira export"
-# An issue number is stored as a graph property, and Neo4j's integers are signed 64-bit.
-MAX_ISSUE_NUMBER = 2**63 - 1
-_MAX_NUMBER_DIGITS = len(str(MAX_ISSUE_NUMBER))
-
-_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _HTML_ISSUE_URL_RE = re.compile(r"^https?://[^/\s]+/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<num>\d+)")
 _API_REPO_URL_RE = re.compile(r"/repos/(?P<repo>[^/\s]+/[^/\s]+?)/?$")
 _API_ISSUE_URL_RE = re.compile(r"/repos/(?P<repo>[^/\s]+/[^/\s]+)/issues/(?P<num>\d+)/?$")
-_JIRA_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,49}-\d{1,9}$")
 
 # References between issues, in prose (fenced code is masked first).
 _GH_REF_RE = re.compile(r"(?<![\w/&#.-])(?:(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+))?#(?P<num>\d{1,9})\b")
@@ -93,17 +88,14 @@ class _LongNumber:
 
 
 def _json_int(digits: str):
-    return int(digits) if len(digits.lstrip("-")) <= _MAX_NUMBER_DIGITS else _LongNumber(digits)
+    return int(digits) if len(digits.lstrip("-")) <= MAX_NUMBER_DIGITS else _LongNumber(digits)
 
 
 def _issue_number(value) -> int | None:
     """`value` as an issue number (1 to MAX_ISSUE_NUMBER: a JSON integer, or a string of digits),
     else None."""
     if isinstance(value, str):
-        value = value.strip().lstrip("#")
-        if not value.isascii() or not value.isdigit() or len(value) > _MAX_NUMBER_DIGITS:
-            return None
-        value = int(value)
+        return number_of(value.strip().lstrip("#"))
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value if 1 <= value <= MAX_ISSUE_NUMBER else None
@@ -272,7 +264,7 @@ def _repo_name(value) -> str:
         value = value.get("full_name") or (f"{_login(value.get('owner'))}/{_str(value.get('name'))}"
                                            if value.get("owner") and value.get("name") else "")
     value = _str(value).strip()
-    return value if _REPO_RE.match(value) else ""
+    return value if REPO_RE.match(value) else ""
 
 
 def _repo_of(item: dict) -> str:
@@ -436,7 +428,7 @@ def _jira_export(items: list) -> IssueExport:
     warnings: list[str] = []
     for i, item in enumerate(items):
         key = _str(item.get("key")).strip()
-        if not _JIRA_KEY_RE.match(key):
+        if not JIRA_KEY_RE.match(key):
             raise IssueExportError(f"{NOT_AN_EXPORT}: issues[{i}]: \"key\" must be a Jira key like \"PROJ-12\", "
                                    f"got {_short(item.get('key'))}")
         f = item["fields"]

@@ -13,6 +13,8 @@ import string
 import unicodedata
 from dataclasses import dataclass, field
 
+from mtrag_resources.ingest.issue_keys import is_issue_key
+
 #: A core query of at most this many words (English word = 1, every 2 CJK characters ~ 1 word,
 #: rounded up) is a "short query". m-flow uses "hybrid lexical when <= 3 core words".
 SHORT_QUERY_MAX_WORDS = 3
@@ -232,15 +234,11 @@ def identifiers_in(text: str) -> list[str]:
 _WHOLE_IDENT_RE = re.compile(rf"\s*`?(?P<name>{_IDENT}(?:\.{_IDENT})*)(?P<call>\(\s*\))?`?\s*")
 
 
-# An issue's key as the whole query: `#12`, `owner/repo#12`, `PROJ-12` (the issue aliases' forms).
-_WHOLE_ISSUE_KEY_RE = re.compile(r"\s*(?:(?:[\w.-]+/[\w.-]+)?#[0-9]{1,19}|[A-Z][A-Z0-9]{1,9}-[0-9]{1,7})\s*")
-
-
 def is_identifier_query(text: str) -> bool:
     """Is the whole query one code identifier (`click.core.Context.invoke`, `get_terminal_size`,
     `MemoryGraph`, `prompt()`) or one issue key (`#12`, `PROJ-12`)? Plain words are not: "prompt"
     may be prose."""
-    if _WHOLE_ISSUE_KEY_RE.fullmatch(text):
+    if is_issue_key(text.strip()):
         return True
     m = _WHOLE_IDENT_RE.fullmatch(text)
     return bool(m) and _is_code_like(m.group("name"), bool(m.group("call")))
