@@ -73,7 +73,7 @@ def _build(args) -> int:
     settings = _settings()
     from mtrag_assets import build_client
     mode = "off" if args.no_server else build_client.mode()
-    _checked_specs(settings, args)  # bad input is refused before either path is taken
+    specs = _checked_specs(settings, args)  # bad input is refused before either path is taken
     if mode == "off":
         print(f"(building in this process: {'--no-server' if args.no_server else 'MTRAG_BUILD_SERVER=off'})",
               flush=True)
@@ -81,7 +81,7 @@ def _build(args) -> int:
         code = build_client.build_through_server(settings, _server_argv(args))
         if code is not None:
             return code
-    code = _build_here(settings, args)
+    code = _build_here(settings, args, specs)
     if code == 0 and mode == "auto":
         pid = build_client.start_in_background(settings)
         if pid:
@@ -107,10 +107,9 @@ def _checked_specs(settings: Settings, args):
     return specs
 
 
-def _build_here(settings: Settings, args) -> int:
-    """The build in this process."""
+def _build_here(settings: Settings, args, specs) -> int:
+    """The build in this process, of the specs _checked_specs gave."""
     t0 = time.perf_counter()
-    specs = _checked_specs(settings, args)
     known_changes = None
     if not args.source and not args.force:
         from mtrag_resources.publish.build_state import changed_sources, publish_pending, source_problems
@@ -159,10 +158,9 @@ def _nothing_changed(failing: dict[str, str], t0: float, said: bool = False, set
         if reclaimed:
             print(f"reclaimed {reclaimed}")
         from mtrag_resources.publish.cas_sweep import sweep
-        swept = sweep(settings)  # here, where every store holds what the tables say
-        if swept["deleted"]:
-            print(f"reclaimed {swept['bytes'] / (1 << 20):.1f} MB of {swept['deleted']} CAS blobs no source "
-                  "names any more")
+        swept = sweep(settings)["reclaimed"]  # here, where every store holds what the tables say
+        if swept:
+            print(f"reclaimed {swept}")
     seconds = f"{time.perf_counter() - t0:.2f} s"
     if not failing:
         print(f"nothing changed since the published generation ({seconds})")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.ingest.snapshot import load_inventory
 from mtrag_resources.publish.build_state import SourceBusy, source_lock
+from mtrag_resources.publish.reclaim import built_sources, megabytes
+from mtrag_resources.stores.cas import ContentStore
 from mtrag_resources.stores.tables import column_names, read_table, table_exists
 
 GRACE_S = 3600.0
@@ -24,15 +25,6 @@ HASH_COLUMNS = ("content_hash", "embed_hash")
 
 def candidates_path(settings: Settings) -> Path:
     return settings.cas_dir / "unreferenced.json"
-
-
-def built_sources(settings: Settings) -> list[str]:
-    """Every source with build state in the home (raw snapshot or chunk tables)."""
-    found = set()
-    for base in (settings.raw_dir, settings.cas_dir / "tables"):
-        if base.is_dir():
-            found.update(p.name for p in base.iterdir() if p.is_dir())
-    return sorted(found)
 
 
 def live_digests(settings: Settings, source_ids: list[str]) -> set[str]:
@@ -51,40 +43,33 @@ def live_digests(settings: Settings, source_ids: list[str]) -> set[str]:
     return live
 
 
-def stored_digests(settings: Settings) -> set[str]:
-    blobs = settings.cas_dir / "blobs"
-    if not blobs.is_dir():
-        return set()
-    return {entry.name for top in os.scandir(blobs) if top.is_dir()
-            for sub in os.scandir(top.path) if sub.is_dir()
-            for entry in os.scandir(sub.path) if entry.is_file() and not entry.name.startswith(".tmp-")}
-
-
 def sweep(settings: Settings, now: float | None = None) -> dict:
-    """One sweep if due and every source's lock is free: {swept, deleted, bytes, pending}."""
+    """One sweep if due and every source's lock is free: {swept, deleted, bytes, pending, reclaimed}
+    (`reclaimed`: what was given back, in words, or "")."""
     now = time.time() if now is None else now
     path = candidates_path(settings)
     previous = _load(path)
     if previous is not None and now - previous["time"] < GRACE_S:
-        return {"swept": False, "deleted": 0, "bytes": 0, "pending": len(previous["digests"])}
-    sources = built_sources(settings)
+        return _not_swept(len(previous["digests"]))
+    sources = sorted(built_sources(settings))
+    cas = ContentStore(settings.cas_dir)
     try:
         with contextlib.ExitStack() as locks:
             for sid in sources:
                 locks.enter_context(source_lock(settings, sid))
-            unreferenced = stored_digests(settings) - live_digests(settings, sources)
+            unreferenced = cas.digests() - live_digests(settings, sources)
             due = unreferenced & set(previous["digests"]) if previous is not None else set()
-            freed = 0
-            for digest in due:
-                blob = settings.cas_dir / "blobs" / digest[:2] / digest[2:4] / digest
-                with contextlib.suppress(FileNotFoundError):
-                    freed += blob.stat().st_size
-                    blob.unlink()
+            freed = sum(cas.remove(digest) for digest in due)
             pending = sorted(unreferenced - due)
             write_text_atomic(path, json.dumps({"time": now, "digests": pending}))
     except SourceBusy:
-        return {"swept": False, "deleted": 0, "bytes": 0, "pending": len(previous["digests"]) if previous else 0}
-    return {"swept": True, "deleted": len(due), "bytes": freed, "pending": len(pending)}
+        return _not_swept(len(previous["digests"]) if previous else 0)
+    said = f"{megabytes(freed)} of {len(due)} CAS blobs no source names any more" if due else ""
+    return {"swept": True, "deleted": len(due), "bytes": freed, "pending": len(pending), "reclaimed": said}
+
+
+def _not_swept(pending: int) -> dict:
+    return {"swept": False, "deleted": 0, "bytes": 0, "pending": pending, "reclaimed": ""}
 
 
 def _load(path: Path) -> dict | None:

@@ -23,13 +23,18 @@ def source_folders(settings: Settings, source_id: str) -> list[Path]:
     return [p for p in (layout.inventory.parent, layout.tables, layout.graph) if p.exists()]
 
 
-def stale_sources(settings: Settings, keep: set[str]) -> list[str]:
-    """Ids with a build folder that are not in `keep`."""
+def built_sources(settings: Settings) -> set[str]:
+    """Ids with a build folder (raw snapshot, chunk tables or graph)."""
     found = set()
     for base in (settings.raw_dir, settings.cas_dir / "tables", settings.graph_dir):
         if base.is_dir():
             found.update(p.name for p in base.iterdir() if p.is_dir())
-    return sorted(found - keep)
+    return found
+
+
+def stale_sources(settings: Settings, keep: set[str]) -> list[str]:
+    """Ids with a build folder that are not in `keep`."""
+    return sorted(built_sources(settings) - keep)
 
 
 def folder_bytes(path: Path) -> int:
@@ -76,14 +81,14 @@ def reclaim(settings: Settings, keep: set[str]) -> dict:
     total = sources["bytes"] + fts_freed
     said = []
     if sources["removed"]:
-        said.append(f"{_mb(sources['bytes'])} of removed sources' build folders {sources['removed']}")
+        said.append(f"{megabytes(sources['bytes'])} of removed sources' build folders {sources['removed']}")
     if fts["compacted"]:
-        said.append(f"{_mb(fts_freed)} of the FTS file ({_mb(fts['bytes_before'])} -> {_mb(fts['bytes_after'])})")
+        said.append(f"{megabytes(fts_freed)} of the FTS file ({megabytes(fts['bytes_before'])} -> {megabytes(fts['bytes_after'])})")
     return {"reclaimed_bytes": total, "reclaimed_sources": sources["removed"],
             "reclaim_busy_sources": sources["busy"], "fts_compacted": fts["compacted"],
             "fts_free_pages": fts.get("free_pages", 0), "fts_pages": fts.get("pages", 0),
             "reclaimed": "; ".join(said)}
 
 
-def _mb(n: int) -> str:
+def megabytes(n: int) -> str:
     return f"{n / (1 << 20):.1f} MB"

@@ -50,6 +50,24 @@ class ContentStore:
     def get_text(self, digest_or_uri: str) -> str:
         return self.get_bytes(digest_or_uri).decode("utf-8", errors="replace")
 
+    def digests(self) -> set[str]:
+        """Every stored blob's digest (a writer's unfinished temporary files left out)."""
+        if not os.path.isdir(self._blobs):
+            return set()
+        return {entry.name for top in os.scandir(self._blobs) if top.is_dir()
+                for sub in os.scandir(top.path) if sub.is_dir()
+                for entry in os.scandir(sub.path) if entry.is_file() and not entry.name.startswith(".tmp-")}
+
+    def remove(self, digest: str) -> int:
+        """Delete a blob; the bytes it held (0 when it was gone already)."""
+        path = self.path_for(digest)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        return size
+
     def has(self, digest: str) -> bool:
         # a string path: the raw stage asks for every file of a source each batch, and a Path
         # built per file adds up
