@@ -689,8 +689,10 @@ class ReaderCore:
             scope = check_sources(sources)
             out = self._query(text, k, kind, mode, scope, visible)
             # what lags outside the sources the query read is not this answer's to report
-            read = None if scope is None else frozenset(scope) & visible if visible is not None else frozenset(scope)
-            out["stale"] = _without(out["stale"], _hidden_sources(self.manifest, visible if read is None else read))
+            read = visible
+            if scope is not None:
+                read = frozenset(scope) if visible is None else visible & frozenset(scope)
+            out["stale"] = _without(out["stale"], _hidden_sources(self.manifest, read))
             return out
 
     def _query(self, text: str, k: int, kind: str | None, mode: str, scope_ids: list[str] | None = None,
