@@ -128,7 +128,7 @@ def test_a_build_stopped_by_sigterm_or_ctrl_c_says_so_in_one_line(mtrag_env):
 
 @pytest.mark.integration
 @pytest.mark.neo4j
-def test_mtrag_home_inside_a_source_is_not_walked_and_a_source_in_it_is_refused(mtrag_env, monkeypatch):
+def test_mtrag_home_inside_a_source_is_not_walked_and_a_source_of_its_output_is_refused(mtrag_env, monkeypatch):
     home = mtrag_env["docs"] / "mtrag-home"  # the default home, data/, inside the repository indexed
     monkeypatch.setenv("MTRAG_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster_home"))
@@ -142,13 +142,21 @@ def test_mtrag_home_inside_a_source_is_not_walked_and_a_source_in_it_is_refused(
     assert manifest["sources"]["shop-docs"]["counts"]["files"] == len(docs_files)
     (home / "notes.md").write_text("# Notes\n\nChanged.\n")
     assert "nothing changed since the published generation" in built(mtrag("build")).stdout
+    (home / "kept").mkdir()  # a user's folder kept in the home, as the demo's data/samples
+    (home / "kept" / "guide.md").write_text("# Guide\n\nA page of the user's own, kept in the home.\n")
     mtrag_env["sources"].write_text(mtrag_env["sources"].read_text()
-                                    + "  - {id: own, kind: docs, path: shop-docs/mtrag-home}\n")
+                                    + "  - {id: own, kind: docs, path: shop-docs/mtrag-home}\n"
+                                    + "  - {id: own-stage, kind: docs, path: shop-docs/mtrag-home/02-cas}\n"
+                                    + "  - {id: kept, kind: docs, path: shop-docs/mtrag-home/kept}\n")
     out = mtrag("build")
     assert out.returncode == 1, (out.stdout[-3000:], out.stderr[-3000:])
     assert (f"source id='own': path 'shop-docs/mtrag-home': is MTRAG_HOME ({home.resolve()}): mtrag's own output, "
             "not a source") in out.stderr, out.stderr
-    assert load_current(Settings.from_env().manifest_dir)["generation"] == 1
+    assert (f"source id='own-stage': path 'shop-docs/mtrag-home/02-cas': lies in {(home / '02-cas').resolve()}, "
+            "a folder of MTRAG_HOME that mtrag writes") in out.stderr, out.stderr
+    manifest = load_current(Settings.from_env().manifest_dir)
+    assert manifest["generation"] == 2 and manifest["sources"]["kept"]["counts"]["files"] == 1
+    assert "own" not in manifest["sources"] and "own-stage" not in manifest["sources"]
 
 
 @pytest.mark.integration

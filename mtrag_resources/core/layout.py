@@ -107,6 +107,12 @@ class HomeLayout:
         return (self.raw_dir, self.cas_dir, self.graph_dir, self.embeddings_dir, self.links_dir,
                 self.manifest_dir, self.fts_path.parent)
 
+    def output_dirs(self) -> tuple[Path, ...]:
+        """The home's folders mtrag writes (a user's own folder beside them, such as the demo's
+        `data/samples`, is not one)."""
+        return (*self.stage_dirs(), self.qdrant_path, self.sdist_dir, self.neo4j_dir, self.postgres_dir,
+                self.locks_dir, self.home / "dagster_home")
+
 
 def current_path(manifest_dir: Path) -> Path:
     """The pointer file naming the published manifest."""

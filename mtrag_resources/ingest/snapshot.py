@@ -105,15 +105,20 @@ def home_in_folder(settings: Settings, root: Path) -> str | None:
 
 
 def home_problem(settings: Settings, spec: SourceSpec) -> str | None:
-    """A folder source that is MTRAG_HOME or a folder inside it holds nothing but mtrag's own
-    output (which every build changes): refused, naming the entry. A home inside the source's
-    folder is not walked instead (scan_source)."""
+    """A folder source that is MTRAG_HOME or lies in a folder mtrag writes there (its stages,
+    stores, servers' data) holds mtrag's own output, which every build changes: refused, naming
+    the entry. A user's folder kept in the home (the demo's `data/samples`) is a source like any
+    other; a home inside the source's folder is not walked instead (scan_source)."""
     root = spec_root(settings, spec).resolve()
     home = Path(settings.home).resolve()
-    if root != home and home not in root.parents:
+    if root == home:
+        return (f"{settings.sources_file}: source id={spec.id!r}: path {spec.path!r}: is MTRAG_HOME ({home}): "
+                "mtrag's own output, not a source")
+    output = next((d for d in settings.output_dirs() if d.resolve() == root or d.resolve() in root.parents), None)
+    if output is None:
         return None
-    return (f"{settings.sources_file}: source id={spec.id!r}: path {spec.path!r}: is MTRAG_HOME ({home})"
-            + ("" if root == home else " or a folder inside it") + ": mtrag's own output, not a source")
+    return (f"{settings.sources_file}: source id={spec.id!r}: path {spec.path!r}: lies in {output.resolve()}, "
+            "a folder of MTRAG_HOME that mtrag writes: mtrag's own output, not a source")
 
 
 def source_problem(settings: Settings, spec: SourceSpec) -> str | None:
