@@ -272,3 +272,16 @@ def test_the_checkers_report_what_is_wrong(tmp_path):
     assert len(problems) == 2
     assert problems[0].startswith("docs/page.md:10: mtrag query \"x\" --top 5: ") and "--top" in problems[0]
     assert problems[1].startswith("docs/page.md:11: mtrag neo4j start|stop|status: placeholders")
+
+
+def test_every_source_of_the_demo_file_can_be_built_in_the_demo_home():
+    """`bash scripts/demo` builds every source of data/sources.yaml in data/: none is refused
+    before it starts (its samples and issue export live in the home, beside mtrag's folders)."""
+    from mtrag_resources.core.config import Settings
+    from mtrag_resources.ingest.snapshot import source_problem
+    from mtrag_resources.ingest.sources import load_sources
+    settings = Settings(home=REPO / "data", sources=REPO / "data" / "sources.yaml")
+    specs = load_sources(settings.sources_file)
+    assert len(specs) == 5
+    assert {s.id: source_problem(settings, s) for s in specs if not s.pip_sdist} == \
+        {s.id: None for s in specs if not s.pip_sdist}
