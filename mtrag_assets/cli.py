@@ -71,6 +71,9 @@ def _interrupted(code: int) -> int:
 
 def _build(args) -> int:
     settings = _settings()
+    if args.profile:  # a shadow generation (docs/shadow.md): built in this process, never by the build server
+        from mtrag_assets.shadow_cli import build_profile
+        return build_profile(args, settings, _checked_specs(settings, args), _build_here)
     from mtrag_assets import build_client
     mode = "off" if args.no_server else build_client.mode()
     specs = _checked_specs(settings, args)  # bad input is refused before either path is taken
@@ -432,7 +435,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="publish even if the golden-query gate refuses the generation (recorded in the manifest)")
     p.add_argument("--no-server", action="store_true",
                    help="build in this process, and start no build server (MTRAG_BUILD_SERVER=off for one call)")
+    p.add_argument("--profile", metavar="NAME",
+                   help="build a shadow generation of every source with the overrides of this profile in "
+                        "profiles.yaml, into MTRAG_HOME/shadows/NAME; the live CURRENT is not touched (docs/shadow.md)")
     p.set_defaults(func=cmd_build)
+    from mtrag_assets.shadow_cli import add_compare_parser
+    add_compare_parser(command)
 
     p = command("build-server", "a long-lived process that runs `mtrag build` without its start-up cost",
                 "One process per MTRAG_HOME that pays a build's fixed costs once (imports, the embedder, the "

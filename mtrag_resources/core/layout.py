@@ -66,6 +66,14 @@ class HomeLayout:
         return self.home / "postgres"
 
     @property
+    def shadows_dir(self) -> Path:
+        """Shadow generations, one home each (`mtrag build --profile NAME`, docs/shadow.md)."""
+        return self.home / "shadows"
+
+    def shadow_home(self, profile: str) -> Path:
+        return self.shadows_dir / profile
+
+    @property
     def locks_dir(self) -> Path:
         return self.home / "locks"
 

@@ -1,0 +1,82 @@
+"""The shadow commands of `mtrag` (docs/shadow.md): `build --profile NAME` and `compare A B`. Kept
+apart from cli.py, which only hands them its arguments."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtrag_resources.core.config import Settings
+from mtrag_resources.core.profiles import LIVE, Profile, applied, environment, load_profile, profiles_path
+
+
+def _profile(live: Settings, name: str) -> tuple[Profile, dict]:
+    """The profile and the environment its builds and readers run under."""
+    path = profiles_path(live.sources_file)
+    profile = load_profile(path, name)
+    env = environment(profile, path, live.shadow_home(name), live.sources_file, live.golden_file)
+    return profile, env
+
+
+def build_profile(args, live: Settings, specs, build_here) -> int:
+    """`mtrag build --profile NAME`: every source built through the same path as a live build
+    (`build_here`, in this process) into the shadow's home; the live CURRENT is not touched."""
+    from mtrag_resources.publish.manifest import load_current
+    from mtrag_resources.publish.shadow_home import prepare
+    profile, env = _profile(live, args.profile)
+    if args.source:
+        from mtrag_resources.core.errors import ConfigError
+        raise ConfigError("--profile builds every source (a shadow is a whole generation); drop --source")
+    live_generation = (load_current(live.manifest_dir) or {}).get("generation")
+    home, seeded = prepare(live, profile.as_dict())
+    said = ", ".join(f"{n} {folder}" for folder, n in seeded.items())
+    print(f"(shadow {profile.name}: building in this process into {home}"
+          + (f"; linked the live home's {said}" if seeded else "") + ")", flush=True)
+    with applied(env):
+        code = build_here(Settings.from_env().ensure(), args, specs)
+    print(f"live CURRENT unchanged (generation {live_generation}); compare with `mtrag compare live {profile.name}`")
+    return code
+
+
+def cmd_compare(args) -> int:
+    from mtrag_resources.core.errors import ConfigError, NotPublished
+    from mtrag_resources.core.layout import current_path
+    from mtrag_resources.publish.golden import load_golden
+    from mtrag_resources.serving import compare
+    live = Settings.from_env()
+    if args.a == args.b:
+        raise ConfigError(f"compare {args.a} {args.b}: name two different generations (live or profile names)")
+    sides = []
+    for name in (args.a, args.b):
+        if name == LIVE:
+            side = compare.Side(LIVE, live.home)
+        else:
+            profile, env = _profile(live, name)
+            side = compare.Side(name, live.shadow_home(name), env, profile.fusion)
+        if not current_path(Settings(home=side.home).manifest_dir).is_file():
+            hint = "mtrag build" if name == LIVE else f"mtrag build --profile {name}"
+            raise NotPublished(f"{name}: {side.home} has no published generation; run {hint}")
+        sides.append(side)
+    path = Path(args.queries) if args.queries else live.golden_file
+    golden = load_golden(path)
+    if golden is None:
+        raise ConfigError(f"{path}: no such query file (golden format: docs/retrieval.md#golden-queries); "
+                          "give one with --queries FILE")
+    report = compare.compare(sides[0], sides[1], golden)
+    print(compare.render(report))
+    if args.out:
+        written = compare.write(report, Path(args.out))
+        print(f"wrote {written['json']} and {written['markdown']}")
+    return 0
+
+
+def add_compare_parser(command) -> None:
+    p = command("compare", "the same queries against two generations: live and a shadow, or two shadows",
+                "Run a query set (the golden queries, or --queries FILE in the same format) through the same "
+                "reader code against two published generations, `live` or a profile's shadow "
+                "(`mtrag build --profile NAME`), and report per query the rank of each expected item, the "
+                "top-k overlap and the latency; overall recall@k, MRR and p50/p95; the queries worse on the "
+                "second, worst first. docs/shadow.md.")
+    p.add_argument("a", metavar="A", help="`live` or a profile name")
+    p.add_argument("b", metavar="B", help="`live` or a profile name")
+    p.add_argument("--queries", metavar="FILE", help="queries in the golden file's format (default: the golden file)")
+    p.add_argument("--out", metavar="DIR", help="also write compare.json and compare.md into DIR")
+    p.set_defaults(func=cmd_compare)

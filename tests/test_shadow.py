@@ -1,0 +1,140 @@
+"""Shadow generations (DESIGN "Shadow generations", docs/shadow.md): `mtrag build --profile NAME`
+builds every source into `<home>/shadows/NAME/` with the profile's overrides while the live CURRENT
+and its answers stay as they were; `mtrag compare live NAME` reports both on the same queries;
+a bad profile is refused in one line naming the file and key (exit 2)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtrag_resources.core.config import Settings
+from mtrag_resources.core.layout import current_path
+from tests.test_golden_gate import GOLDEN
+
+REPO = Path(__file__).resolve().parents[1]
+MTRAG = str(Path(sys.executable).with_name("mtrag"))
+PROFILES = """\
+profiles:
+  fts-heavy:
+    description: the lexical channel first
+    fusion: {dense: 0.25, fts: 4}
+    ranker: off
+    neo4j_uri: local
+"""
+LIVE_QUERIES = ("total price including tax", "apply_tax", "regional taxes guide")
+
+
+def mtrag(*args: str, timeout: float = 400, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([MTRAG, *args], env={**os.environ, **env}, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _answers() -> list[dict]:
+    """The live home's answers to LIVE_QUERIES: hits, bridge, paths and stale flags."""
+    out = []
+    for text in LIVE_QUERIES:
+        proc = mtrag("query", "--json", text)
+        assert proc.returncode == 0, proc.stderr
+        answer = json.loads(proc.stdout)
+        out.append({key: answer[key] for key in ("generation", "hits", "bridge", "paths", "stale")})
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.neo4j
+@pytest.mark.slow
+def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_path):
+    from mtrag_resources.stores.neo4j_server import Neo4jServer
+    config = mtrag_env["sources"].parent
+    (config / "golden.yaml").write_text(GOLDEN.format(name="lookup_rate"))
+    (config / "profiles.yaml").write_text(PROFILES)
+    live = Settings.from_env()
+    built = mtrag("build", "--no-server")
+    assert built.returncode == 0, built.stderr
+    current, before = current_path(live.manifest_dir).read_bytes(), _answers()
+    shadow = live.shadow_home("fts-heavy")
+    try:
+        built = mtrag("build", "--profile", "fts-heavy", MTRAG_NEO4J_HEAP="256m")
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        # the same embedder: every vector came from the shared cache, none was embedded again
+        assert "embedded 0, cache_hits" in built.stdout and "embedded 1" not in built.stdout
+        assert "live CURRENT unchanged (generation 1)" in built.stdout
+
+        # the live home: the same CURRENT, the same answers (graph paths and bridge included)
+        assert current_path(live.manifest_dir).read_bytes() == current
+        assert _answers() == before
+        # the shadow: a generation of its own, sharing the embedding cache and the live files by hard links
+        assert json.loads((shadow / "08-manifest" / "manifest-1.json").read_text())["generation"] == 1
+        assert (shadow / "04-embeddings").resolve() == live.embeddings_dir.resolve()
+        blob = next(p for p in (live.cas_dir / "blobs").rglob("*") if p.is_file())  # never rewritten: one file
+        assert (shadow / blob.relative_to(live.home)).stat().st_ino == blob.stat().st_ino
+        assert json.loads((shadow / "profile.json").read_text())["fusion"] == {"dense": 0.25, "fts": 4.0}
+
+        out = tmp_path / "report"
+        compared = mtrag("compare", "live", "fts-heavy", "--out", str(out))
+        assert compared.returncode == 0, compared.stderr
+        assert "rank live" in compared.stdout and "rank fts-heavy" in compared.stdout
+        report = json.loads((out / "compare.json").read_text())
+        rows = {row["id"]: row for row in report["queries"]}
+        assert set(rows) == {"lookup-rate", "cart-total", "guide"}
+        for row in rows.values():
+            assert row["rank_a"] == 1  # the live generation finds every golden item first (its gate says so)
+            assert [set(e) >= {"source", "file_path", "rank_a", "rank_b"} for e in row["expected"]] == [True]
+            assert 0.0 <= row["overlap"] <= 1.0 and row["ms_a"] > 0 and row["ms_b"] > 0
+            assert row["delta"] == 1 - (row["rank_b"] or 4)
+        assert report["summary"]["live"]["recall"] == 1.0 and report["b"]["weights"] == {"dense": 0.25, "fts": 4.0}
+        assert report["worse"] == sorted((r["id"] for r in rows.values() if r["delta"] < 0),
+                                         key=lambda i: (rows[i]["delta"], i))
+        markdown = (out / "compare.md").read_text()
+        assert "| id" in markdown and "cart-total" in markdown and "## Summary" in markdown
+        assert current_path(live.manifest_dir).read_bytes() == current
+    finally:
+        Neo4jServer(Settings(home=shadow)).stop()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, words", [
+    ("profiles:\n  p1:\n    chunking: {max_tokens: 100}\n", ["profiles.p1.chunking", "unknown key"]),
+    ("profiles:\n  p1:\n    fusion: {dense: -1}\n", ["profiles.p1.fusion.dense", "from 0"]),
+    ("profiles:\n  p1:\n    fusion: {graph: 1}\n", ["profiles.p1.fusion.graph", "unknown channel"]),
+    ("profiles:\n  p1:\n    embedder: {backend: cuda}\n", ["profiles.p1.embedder.backend"]),
+    ("profiles:\n  live: {}\n", ["profiles.live", "not 'live'"]),
+    ("profiles:\n  other: {}\n", ["no profile 'p1'", "known: ['other']"]),
+    ("profiles:\n  p1: {}\n", ["profiles.p1.neo4j_uri", "NEO4J_URI"]),
+    ("- p1\n", ["one top-level key `profiles`"]),
+])
+def test_a_bad_profile_is_one_line_naming_the_file_and_key(tmp_path, monkeypatch, capsys, text, words):
+    from mtrag_assets.cli import main
+    from tests.corpus import write_corpus
+    paths = write_corpus(tmp_path / "corpus")
+    (paths["sources"].parent / "profiles.yaml").write_text(text)
+    monkeypatch.setenv("MTRAG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MTRAG_SOURCES", str(paths["sources"]))
+    monkeypatch.setenv("NEO4J_URI", "bolt://127.0.0.1:1")  # the live graph's server, which no shadow may share
+    capsys.readouterr()
+    assert main(["build", "--profile", "p1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(paths["sources"].parent / "profiles.yaml") in err, err
+    for word in words:
+        assert word in err, err
+    assert not (tmp_path / "home" / "shadows").exists()  # refused before anything was made
+
+
+@pytest.mark.unit
+def test_compare_refuses_a_shadow_never_built(tmp_path, monkeypatch, capsys):
+    from mtrag_assets.cli import main
+    from tests.corpus import write_corpus
+    paths = write_corpus(tmp_path / "corpus")
+    (paths["sources"].parent / "profiles.yaml").write_text(PROFILES)
+    monkeypatch.setenv("MTRAG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MTRAG_SOURCES", str(paths["sources"]))
+    assert main(["compare", "live", "live"]) == 2
+    assert main(["compare", "live", "fts-heavy"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert "name two different generations" in err[0]
+    assert "live:" in err[1] and "has no published generation; run mtrag build" in err[1]
