@@ -87,6 +87,7 @@ def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_
             assert [set(e) >= {"source", "file_path", "rank_a", "rank_b"} for e in row["expected"]] == [True]
             assert 0.0 <= row["overlap"] <= 1.0 and row["ms_a"] > 0 and row["ms_b"] > 0
             assert row["delta"] == 1 - (row["rank_b"] or 4)
+        assert report["a"]["stale"] == [] and report["b"]["stale"] == []  # each side served by its own graph
         assert report["summary"]["live"]["recall"] == 1.0 and report["b"]["weights"] == {"dense": 0.25, "fts": 4.0}
         assert report["worse"] == sorted((r["id"] for r in rows.values() if r["delta"] < 0),
                                          key=lambda i: (rows[i]["delta"], i))

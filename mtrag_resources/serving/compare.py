@@ -33,6 +33,7 @@ class Side:
 class Answered:
     hits: list[dict]
     ms: float
+    stale: list[dict] = field(default_factory=list)  # the channels the answer left out, and why
 
 
 def run_side(side: Side, queries: tuple[GoldenQuery, ...]) -> tuple[int | None, dict[str, Answered]]:
@@ -48,8 +49,8 @@ def run_side(side: Side, queries: tuple[GoldenQuery, ...]) -> tuple[int | None, 
             answers = {}
             for q in queries:
                 t0 = time.perf_counter()
-                hits = core.query(q.query, k=q.k, kind=q.kind, mode=q.mode)["hits"]
-                answers[q.id] = Answered(hits, (time.perf_counter() - t0) * 1000)
+                answer = core.query(q.query, k=q.k, kind=q.kind, mode=q.mode)
+                answers[q.id] = Answered(answer["hits"], (time.perf_counter() - t0) * 1000, answer.get("stale") or [])
         finally:
             core.close()
     return generation, answers
@@ -62,8 +63,10 @@ def compare(a: Side, b: Side, golden: GoldenFile) -> dict:
     gen_b, ans_b = run_side(b, golden.queries)
     rows = [_row(q, ans_a[q.id], ans_b[q.id]) for q in golden.queries]
     worse = sorted((r for r in rows if r["delta"] < 0), key=lambda r: (r["delta"], r["id"]))
-    return {"a": {"name": a.name, "home": str(a.home), "generation": gen_a, "weights": a.weights},
-            "b": {"name": b.name, "home": str(b.home), "generation": gen_b, "weights": b.weights},
+    return {"a": {"name": a.name, "home": str(a.home), "generation": gen_a, "weights": a.weights,
+                  "stale": _stale(ans_a)},
+            "b": {"name": b.name, "home": str(b.home), "generation": gen_b, "weights": b.weights,
+                  "stale": _stale(ans_b)},
             "queries_file": str(golden.path), "queries": rows,
             "summary": {a.name: _summary(rows, "a"), b.name: _summary(rows, "b")},
             "worse": [r["id"] for r in worse]}
@@ -81,6 +84,13 @@ def _row(q: GoldenQuery, a: Answered, b: Answered) -> dict:
             "delta": (rank_a or miss) - (rank_b or miss),  # > 0: B ranks it higher; < 0: B is worse
             "overlap": round(len(top_a & top_b) / max(1, len(top_a | top_b)), 3),
             "ms_a": round(a.ms, 2), "ms_b": round(b.ms, 2)}
+
+
+def _stale(answers: dict[str, Answered]) -> list[dict]:
+    """The stale channels any answer of a side reported: a difference they explain is the
+    infrastructure's (a graph server not running), not the profile's."""
+    seen = {(e.get("source"), e.get("store"), e.get("reason")) for a in answers.values() for e in a.stale}
+    return [{"source": s, "store": st, "reason": r} for s, st, r in sorted(seen, key=str)]
 
 
 def _rank_of(expected, hits: list[dict], k: int) -> int | None:
@@ -126,8 +136,10 @@ def render(report: dict) -> str:
     """What the terminal shows: the summary, then the per-query table."""
     with _wide_pandas():
         return (f"{report['a']['name']} (generation {report['a']['generation']}) vs {report['b']['name']} "
-                f"(generation {report['b']['generation']}), queries from {report['queries_file']}\n\n"
-                f"{summary_table(report).to_string()}\n\n{table(report).to_string(index=False)}\n"
+                f"(generation {report['b']['generation']}), queries from {report['queries_file']}\n"
+                + "".join(f"warning: {side['name']}: {e['store']} stale for {e['source']}: {e['reason']}\n"
+                          for side in (report["a"], report["b"]) for e in side["stale"])
+                + f"\n{summary_table(report).to_string()}\n\n{table(report).to_string(index=False)}\n"
                 + (f"\nworse on {report['b']['name']}, worst first: {', '.join(report['worse'])}\n"
                    if report["worse"] else f"\nno query is worse on {report['b']['name']}\n"))
 
