@@ -5,15 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtrag_resources.core.config import Settings
-from mtrag_resources.core.profiles import LIVE, Profile, applied, environment, load_profile, profiles_path
+from mtrag_resources.core.profiles import (LIVE, Profile, applied, environment, load_profile, profiles_path,
+                                           read_environment)
 
 
 def _profile(live: Settings, name: str) -> tuple[Profile, dict]:
-    """The profile and the environment its builds and readers run under."""
+    """The profile and the environment its shadow's builds and readers run under."""
     path = profiles_path(live.sources_file)
     profile = load_profile(path, name)
     env = environment(profile, path, live.shadow_home(name), live.sources_file, live.golden_file)
     return profile, env
+
+
+def _published(home) -> bool:
+    from mtrag_resources.core.layout import current_path
+    return current_path(Settings(home=home).manifest_dir).is_file()
 
 
 def build_profile(args, live: Settings, specs, build_here) -> int:
@@ -30,6 +36,9 @@ def build_profile(args, live: Settings, specs, build_here) -> int:
     said = ", ".join(f"{n} {folder}" for folder, n in seeded.items())
     print(f"(shadow {profile.name}: building in this process into {home}"
           + (f"; linked the live home's {said}" if seeded else "") + ")", flush=True)
+    if profile.read_time_only:
+        print(f"({profile.name} changes only how a generation is read: `mtrag compare live {profile.name}` "
+              "reads the live generation with it when no shadow is built)", flush=True)
     with applied(env):
         code = build_here(Settings.from_env().ensure(), args, specs)
     print(f"live CURRENT unchanged (generation {live_generation}); compare with `mtrag compare live {profile.name}`")
@@ -38,23 +47,14 @@ def build_profile(args, live: Settings, specs, build_here) -> int:
 
 def cmd_compare(args) -> int:
     from mtrag_resources.core.errors import ConfigError, NotPublished
-    from mtrag_resources.core.layout import current_path
     from mtrag_resources.publish.golden import load_golden
     from mtrag_resources.serving import compare
     live = Settings.from_env()
     if args.a == args.b:
         raise ConfigError(f"compare {args.a} {args.b}: name two different generations (live or profile names)")
-    sides = []
-    for name in (args.a, args.b):
-        if name == LIVE:
-            side = compare.Side(LIVE, live.home)
-        else:
-            profile, env = _profile(live, name)
-            side = compare.Side(name, live.shadow_home(name), env, profile.fusion)
-        if not current_path(Settings(home=side.home).manifest_dir).is_file():
-            hint = "mtrag build" if name == LIVE else f"mtrag build --profile {name}"
-            raise NotPublished(f"{name}: {side.home} has no published generation; run {hint}")
-        sides.append(side)
+    if not _published(live.home):
+        raise NotPublished(f"{LIVE}: {live.home} has no published generation; run mtrag build")
+    sides = [_side(live, name) for name in (args.a, args.b)]
     path = Path(args.queries) if args.queries else live.golden_file
     golden = load_golden(path)
     if golden is None:
@@ -66,6 +66,23 @@ def cmd_compare(args) -> int:
         written = compare.write(report, Path(args.out))
         print(f"wrote {written['json']} and {written['markdown']}")
     return 0
+
+
+def _side(live: Settings, name: str):
+    """What `compare` reads for `name`: the live generation; a profile's shadow; or, for a profile
+    that changes only read-time settings and has no shadow built, the live generation read with them."""
+    from mtrag_resources.core.errors import NotPublished
+    from mtrag_resources.serving.compare import Side
+    if name == LIVE:
+        return Side(LIVE, live.home)
+    profile = load_profile(profiles_path(live.sources_file), name)
+    if _published(live.shadow_home(name)):
+        return Side(name, live.shadow_home(name), _profile(live, name)[1], profile.fusion)
+    if profile.read_time_only:
+        print(f"({name}: no shadow built; its overrides are read-time only, so the live generation is read with them)")
+        return Side(name, live.home, read_environment(profile), profile.fusion)
+    raise NotPublished(f"{name}: {live.shadow_home(name)} has no published generation; "
+                       f"run mtrag build --profile {name}")
 
 
 def add_compare_parser(command) -> None:

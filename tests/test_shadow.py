@@ -58,6 +58,13 @@ def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_
     assert built.returncode == 0, built.stderr
     current, before = current_path(live.manifest_dir).read_bytes(), _answers()
     shadow = live.shadow_home("fts-heavy")
+    # before any shadow build: a profile of read-time overrides reads the live generation with them
+    compared = mtrag("compare", "live", "fts-heavy", "--out", str(tmp_path / "what-if"))
+    assert compared.returncode == 0, compared.stderr
+    assert "fts-heavy: no shadow built; its overrides are read-time only" in compared.stdout
+    what_if = json.loads((tmp_path / "what-if" / "compare.json").read_text())
+    assert what_if["b"]["home"] == str(live.home) and what_if["b"]["weights"] == {"dense": 0.25, "fts": 4.0}
+    assert not shadow.exists()
     try:
         built = mtrag("build", "--profile", "fts-heavy", MTRAG_NEO4J_HEAP="256m")
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]

@@ -41,6 +41,12 @@ class Profile:
     neo4j_uri: str | None = None                   # a server, LOCAL_NEO4J, or None (see graph_uri)
     description: str = ""
 
+    @property
+    def read_time_only(self) -> bool:
+        """Does the profile change only how a generation is read (fusion, ranker)? Then the live
+        generation read with it is the candidate, and no shadow build is needed to compare it."""
+        return not self.embedder
+
     def as_dict(self) -> dict:
         return {"name": self.name, "embedder": dict(self.embedder), "fusion": dict(self.fusion),
                 "ranker": self.ranker, "neo4j_uri": self.neo4j_uri, "description": self.description}
@@ -149,9 +155,12 @@ def environment(profile: Profile, path: Path, shadow_home: Path, sources_file: P
                           ("device", "MTRAG_EMBED_DEVICE")):
         if key in profile.embedder:
             env[variable] = profile.embedder[key]
-    if profile.ranker:
-        env["MTRAG_RANKER"] = profile.ranker
-    return env
+    return {**env, **read_environment(profile)}
+
+
+def read_environment(profile: Profile) -> dict[str, str | None]:
+    """What a reader of a generation runs under with the profile's read-time overrides."""
+    return {"MTRAG_RANKER": profile.ranker} if profile.ranker else {}
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ def run_side(side: Side, queries: tuple[GoldenQuery, ...]) -> tuple[int | None, 
     """(generation, query id -> its hits and latency) of one side. The first query is asked once,
     untimed, before the timed ones: it opens the stores and loads the embedder."""
     with applied(side.env):
-        settings = Settings.from_env() if side.env else Settings(home=side.home)
+        settings = Settings(home=side.home)
         generation = (load_current(settings.manifest_dir) or {}).get("generation")
         core = ReaderCore(settings, weights=side.weights, proposals=False)
         try:
