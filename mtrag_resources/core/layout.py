@@ -119,7 +119,7 @@ class HomeLayout:
         """The home's folders mtrag writes (a user's own folder beside them, such as the demo's
         `data/samples`, is not one)."""
         return (*self.stage_dirs(), self.qdrant_path, self.sdist_dir, self.neo4j_dir, self.postgres_dir,
-                self.locks_dir, self.home / "dagster_home")
+                self.locks_dir, self.shadows_dir, self.home / "dagster_home")
 
 
 def current_path(manifest_dir: Path) -> Path:
