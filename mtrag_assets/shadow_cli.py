@@ -56,7 +56,11 @@ def cmd_compare(args) -> int:
         raise NotPublished(f"{LIVE}: {live.home} has no published generation; run mtrag build")
     sides = [_side(live, name) for name in (args.a, args.b)]
     path = Path(args.queries) if args.queries else live.golden_file
-    golden = load_golden(path)
+    if path.suffix == ".jsonl" and path.is_file():  # `mtrag serve`'s query log (MTRAG_QUERY_LOG)
+        from mtrag_resources.serving.query_log import logged_queries
+        golden = logged_queries(path)
+    else:
+        golden = load_golden(path)
     if golden is None:
         raise ConfigError(f"{path}: no such query file (golden format: docs/retrieval.md#golden-queries); "
                           "give one with --queries FILE")
@@ -94,6 +98,8 @@ def add_compare_parser(command) -> None:
                 "second, worst first. docs/shadow.md.")
     p.add_argument("a", metavar="A", help="`live` or a profile name")
     p.add_argument("b", metavar="B", help="`live` or a profile name")
-    p.add_argument("--queries", metavar="FILE", help="queries in the golden file's format (default: the golden file)")
+    p.add_argument("--queries", metavar="FILE",
+                   help="queries in the golden file's format (default: the golden file), or a query log "
+                        "(*.jsonl, MTRAG_QUERY_LOG) whose questions are compared by overlap and latency")
     p.add_argument("--out", metavar="DIR", help="also write compare.json and compare.md into DIR")
     p.set_defaults(func=cmd_compare)

@@ -65,6 +65,18 @@ def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_
     what_if = json.loads((tmp_path / "what-if" / "compare.json").read_text())
     assert what_if["b"]["home"] == str(live.home) and what_if["b"]["weights"] == {"dense": 0.25, "fts": 4.0}
     assert not shadow.exists()
+    # real traffic: the questions `mtrag serve` logged, compared by overlap and latency
+    log = tmp_path / "queries.jsonl"
+    _serve_and_ask(["total price including tax", "apply_tax", "total price including tax"], MTRAG_QUERY_LOG=str(log))
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["query"] for e in lines] == ["total price including tax", "apply_tax", "total price including tax"]
+    assert all(e["generation"] == 1 and e["hits"] > 0 and e["ms"] > 0 and "text" not in json.dumps(e) for e in lines)
+    traffic = mtrag("compare", "live", "fts-heavy", "--queries", str(log), "--out", str(tmp_path / "traffic"))
+    assert traffic.returncode == 0, traffic.stderr
+    replay = json.loads((tmp_path / "traffic" / "compare.json").read_text())
+    assert sorted(r["query"] for r in replay["queries"]) == ["apply_tax", "total price including tax"]
+    assert replay["summary"]["live"]["judged"] == 0 and replay["summary"]["live"]["recall"] is None
+    assert all(0.0 <= r["overlap"] <= 1.0 and r["ms_b"] > 0 for r in replay["queries"])
     try:
         built = mtrag("build", "--profile", "fts-heavy", MTRAG_NEO4J_HEAP="256m")
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
@@ -103,6 +115,28 @@ def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_
         assert current_path(live.manifest_dir).read_bytes() == current
     finally:
         Neo4jServer(Settings(home=shadow)).stop()
+
+
+def _serve_and_ask(questions: list[str], **env: str) -> None:
+    """`mtrag serve` on a free port asked `questions` over HTTP, then stopped by its pid."""
+    import re
+    import signal
+    import urllib.request
+    proc = subprocess.Popen([MTRAG, "serve", "--host", "127.0.0.1", "--port", "0"], env={**os.environ, **env},
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        base = re.match(r"^mtrag serving on (http://127\.0\.0\.1:\d+) ", line)
+        assert base and f"questions logged to {env['MTRAG_QUERY_LOG']}" in line, line
+        for text in questions:
+            req = urllib.request.Request(base.group(1) + "/v1/query", json.dumps({"text": text}).encode(),
+                                         {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                assert resp.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        proc.stdout.close()
 
 
 @pytest.mark.unit

@@ -65,6 +65,10 @@ ENVIRONMENT: dict[str, Variable] = {
                                                  "body; a slower one gets a 408 and is closed"),
     "MTRAG_HTTP_CONNECTIONS_PER_CLIENT": Variable("16", "connections of one client address (an IPv6 /64) "
                                                         "`mtrag serve` serves at once; more wait their turn"),
+    "MTRAG_QUERY_LOG": Variable("none", "a file `mtrag serve` appends each answered question to (JSON lines, no "
+                                        "hit text): `mtrag compare --queries` replays them"),
+    "MTRAG_QUERY_LOG_MAX_MB": Variable("10", "the query log's size bound: past it the file becomes `<file>.1` "
+                                             "and a new one starts"),
     "MTRAG_BUILD_SERVER": Variable("auto", "`auto`: `mtrag build` hands its work to the home's build server and, "
                                            "where none runs, starts one after building; `use`: only a running "
                                            "one; `off`: never (as `--no-server`)"),

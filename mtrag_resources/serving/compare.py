@@ -98,11 +98,15 @@ def _rank_of(expected, hits: list[dict], k: int) -> int | None:
 
 
 def _summary(rows: list[dict], side: str) -> dict:
-    ranks = [r[f"rank_{side}"] for r in rows]
+    """recall and MRR over the queries that expect something (a query log's expect nothing: they
+    show only overlap and latency), latency over all."""
+    ranks = [r[f"rank_{side}"] for r in rows if r["expected"]]
     ms = sorted(r[f"ms_{side}"] for r in rows)
-    n = len(rows) or 1
-    return {"queries": len(rows), "recall": round(sum(r is not None for r in ranks) / n, 4),
-            "mrr": round(sum(1 / r for r in ranks if r) / n, 4),
+    n = len(ranks)
+    return {"queries": len(rows), "judged": n,
+            "recall": round(sum(r is not None for r in ranks) / n, 4) if n else None,
+            "mrr": round(sum(1 / r for r in ranks if r) / n, 4) if n else None,
+            "overlap": round(sum(r["overlap"] for r in rows) / len(rows), 4) if rows else None,
             "p50_ms": _percentile(ms, 50), "p95_ms": _percentile(ms, 95)}
 
 
@@ -124,12 +128,13 @@ def table(report: dict):
         return frame
     for column in (f"rank {a}", f"rank {b}"):
         frame[column] = frame[column].astype("Int64")  # a miss stays <NA>, not a float NaN
-    return frame.sort_values(["delta", "id"], kind="stable").reset_index(drop=True)
+    return frame.sort_values(["delta", "overlap", "id"], kind="stable").reset_index(drop=True)
 
 
 def summary_table(report: dict):
     import pandas as pd
-    return pd.DataFrame.from_dict(report["summary"], orient="index")[["queries", "recall", "mrr", "p50_ms", "p95_ms"]]
+    return pd.DataFrame.from_dict(report["summary"], orient="index")[
+        ["queries", "judged", "recall", "mrr", "overlap", "p50_ms", "p95_ms"]]
 
 
 def render(report: dict) -> str:

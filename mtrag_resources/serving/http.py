@@ -39,6 +39,7 @@ from mtrag_resources.core.unicode_text import may_hold_surrogates, without_lone_
 from mtrag_resources.stores.contract import is_store_failure
 from mtrag_resources.serving import http_limits, openapi
 from mtrag_resources.serving.api_keys import ApiKeys
+from mtrag_resources.serving.query_log import QueryLog
 from mtrag_resources.serving.reader import EmbedderMismatch, QueryError
 from mtrag_resources.serving.requests import (KINDS, MAX_K, MODES, PATH_RELATIONS, UnknownSource, UnknownSymbol,
                                               check_known_symbols, check_sources, validate_text)
@@ -411,7 +412,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer_query(self, principal) -> None:
         answering = self._answering(principal)
-        self._send(200, answering.query(**query_args(self._body())))
+        args = query_args(self._body())
+        t0 = time.perf_counter()
+        answer = answering.query(**args)
+        if self.query_log is not None:
+            self.query_log.record(args, answer, (time.perf_counter() - t0) * 1000,
+                                  principal.name if principal.sources is not None else None)
+        self._send(200, answer)
 
     def _answer_paths(self, principal) -> None:
         answering = self._answering(principal)
@@ -434,12 +441,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def make_handler(reader, api_key: str | None, socket_timeout: float = SOCKET_TIMEOUT_S,
-                 read_deadline: float = http_limits.READ_DEADLINE_S, keys: ApiKeys | None = None):
+                 read_deadline: float = http_limits.READ_DEADLINE_S, keys: ApiKeys | None = None,
+                 query_log: QueryLog | None = None):
     """The request handler class for one server. `keys`: the keys accepted (None: `api_key`
-    alone, when given)."""
+    alone, when given); `query_log`: where answered questions are recorded (None: nowhere)."""
     max_hops_limit = getattr(reader, "max_hops_limit", openapi.MAX_HOPS)
     return type("Handler", (_Handler,), {
-        "reader": reader, "keys": keys if keys is not None else ApiKeys(api_key),
+        "reader": reader, "keys": keys if keys is not None else ApiKeys(api_key), "query_log": query_log,
         "timeout": socket_timeout, "read_deadline": read_deadline, "max_hops_limit": max_hops_limit,
         "openapi_document": json.dumps(openapi.document(max_hops_limit)).encode("utf-8")})
 
@@ -504,7 +512,7 @@ class Server(ThreadingHTTPServer):
 def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None = None,
                 socket_timeout: float = SOCKET_TIMEOUT_S, read_deadline: float = http_limits.READ_DEADLINE_S,
                 connections_per_client: int = http_limits.CONNECTIONS_PER_CLIENT,
-                keys: ApiKeys | None = None) -> Server:
+                keys: ApiKeys | None = None, query_log: QueryLog | None = None) -> Server:
     """`keys`: the keys accepted, team keys included (None: `api_key` alone, when given)."""
     keys = keys if keys is not None else ApiKeys(api_key)
     if not _is_loopback(host) and not keys.required:
@@ -512,7 +520,7 @@ def make_server(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str 
                          "loopback")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     Server.address_family = family
-    return Server((host, port), make_handler(reader, api_key, socket_timeout, read_deadline, keys),
+    return Server((host, port), make_handler(reader, api_key, socket_timeout, read_deadline, keys, query_log),
                   connections_per_client)
 
 
@@ -522,8 +530,10 @@ def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None
     non-interactive shell's background job, some supervisors) would otherwise outlive every stop by
     its pid."""
     keys = ApiKeys.from_env(api_key)  # a bad keys file is refused before the port is bound
+    query_log = QueryLog.from_env()  # so is an unwritable query log
     server = make_server(reader, host, port, api_key, read_deadline=http_limits.read_deadline_from_env(),
-                         connections_per_client=http_limits.connections_per_client_from_env(), keys=keys)
+                         connections_per_client=http_limits.connections_per_client_from_env(), keys=keys,
+                         query_log=query_log)
     if threading.current_thread() is threading.main_thread():
         def stop(signum, frame) -> None:
             # shutdown() waits for serve_forever to end, so not from the thread that runs it; a
@@ -533,7 +543,8 @@ def serve(reader, host: str = "127.0.0.1", port: int = 8765, api_key: str | None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, stop)
     teams = f"; team keys: {', '.join(p.name for p in keys.teams)}" if keys.teams else ""
-    print(f"mtrag serving on http://{host}:{server.server_address[1]} (POST /v1/query, GET /v1/status{teams})",
+    logged = f"; questions logged to {query_log.path}" if query_log else ""
+    print(f"mtrag serving on http://{host}:{server.server_address[1]} (POST /v1/query, GET /v1/status{teams}{logged})",
           flush=True)
     try:
         server.serve_forever()
