@@ -53,7 +53,7 @@ def state_path(settings: Settings) -> Path:
 
 def spawned_path(settings: Settings) -> Path:
     """{pid, proc_start} of a server `mtrag build` spawned that has not taken the lock yet (its
-    imports take a second or two): a build meanwhile builds in its own process and starts no second one."""
+    imports take a second or two): a build meanwhile waits for it rather than building beside it."""
     return settings.home / "build-server.spawned"
 
 
@@ -162,14 +162,13 @@ def _until_reset(messages):
 def build_through_server(settings: Settings, argv: list[str]) -> int | None:
     """Run `mtrag build <argv>` in the home's build server, its output printed here as it comes;
     the exit code, or None where no server for these settings and this code answers (the caller
-    builds in its own process). A server still warming up is not waited for: a build in this
-    process costs less than the rest of a warm-up, which reads only what the build may rewrite
-    (the server's first build reads those tables again). Interrupting the client does not stop
-    the build the server runs."""
+    builds in its own process). A server still warming up is waited for (a build beside its
+    warm-up would wait for the stores it opens anyway). Interrupting the client does not stop the
+    build the server runs."""
     conn = _connect(settings, timeout=None)
-    if conn is None and (pid := _starting_pid(settings)):
-        print(f"(building in this process: the build server, pid {pid}, is still warming up)", flush=True)
-        return None
+    if conn is None and _starting_pid(settings):
+        print("(the build server is warming up; this build waits for it)", flush=True)
+        conn = _wait_for_socket(settings, READY_TIMEOUT_S)
     if conn is None:
         print("(building in this process: no build server runs for this home)", flush=True)
         return None
@@ -224,6 +223,19 @@ def _starting_pid(settings: Settings) -> int | None:
     pid = int(state.get("pid") or 0)
     if pid and alive(pid, state.get("proc_start", "")):
         return pid
+    return None
+
+
+def _wait_for_socket(settings: Settings, timeout: float) -> socket.socket | None:
+    """A connection to the server once it answers; None if it leaves (or takes `timeout`) first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        conn = _connect(settings, timeout=None)
+        if conn is not None:
+            return conn
+        if not _starting_pid(settings):
+            return _connect(settings, timeout=None)  # it may have become ready just now
+        time.sleep(0.1)
     return None
 
 
