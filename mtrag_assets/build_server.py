@@ -1,5 +1,7 @@
 """`mtrag build-server run`: the home's build server (build_client.py says what it is for and the
-wire format). One process per MTRAG_HOME (a lock file), warmed once, then one build at a time (a
+wire format). One process per MTRAG_HOME (a lock file), ready once its imports, embedder and graph
+driver are loaded (each built source's memos are warmed between builds, one source at a time, so a
+build never waits for the whole warm-up), then one build at a time (a
 thread answers the socket: `status` and `stop` while a build runs; builds queue): each request runs
 `cli.main(["build", ...])` in this process with stdout and stderr relayed to the client, so a build
 through the server is the same Dagster runs, gate and output as one without.
@@ -10,7 +12,9 @@ timeout, and so does the deletion of its home (the lock file gone or replaced: a
 home, a wiped `data/`)."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import json
 import os
 import queue
@@ -19,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.core.config import Settings
@@ -66,21 +71,50 @@ class _Relay:
         return True
 
 
-def warm(settings: Settings, log) -> None:
+def warm(settings: Settings, log) -> list[Callable[[], None]]:
     """A fresh build's one-time costs, paid before the first request: the imports, the embedder,
-    the local Neo4j (launched when no NEO4J_URI names one) and its driver, and the built sources'
-    stage memos (stages/warm.py; the code graph's and the links' resolutions are kept from now on)."""
+    the local Neo4j (launched when no NEO4J_URI names one) and a kept driver. Returns the rest, one
+    step per built source (its stage memos and its Neo4j plans and pages: stages/warm.py,
+    fast_lane.warm_up), which the server takes between requests: a build that comes meanwhile
+    waits for one step at most, not for the whole warm-up (the code graph's and the links'
+    resolutions are kept from the first step on)."""
     from mtrag_assets.cli import _load_specs
     from mtrag_assets.fast_lane import warm_up
     from mtrag_assets.resources import MtragResource
     from mtrag_assets.runner import dagster_instance
+    from mtrag_resources.ingest.code_graph import keep_resolutions
+    from mtrag_resources.stages.cross_source_links import keep_link_resolutions
+    from mtrag_resources.stores.connect import keep_neo4j_drivers
     from mtrag_resources.stores.neo4j_server import launch_local_server
     specs = _load_specs(settings)
     launch_local_server(settings)
     dagster_instance(settings, log=log)
     MtragResource().embedder().encode(["mtrag build server warm-up"])
+    warm_up()  # the ephemeral instance and one context
+    keep_neo4j_drivers()  # one driver and its pooled connections for every build of this process
+    keep_resolutions()  # every build records what its resolutions read, for the next one to reuse
+    keep_link_resolutions()
     built = [s.id for s in specs if table_exists(SourceLayout(settings, s.id).nodes)]
-    warm_up(settings, built, specs)
+    return [*(functools.partial(_warm_source, settings, sid, specs) for sid in built),
+            functools.partial(_warm_links, settings, specs)]
+
+
+def _warm_source(settings: Settings, source_id: str, specs: list) -> None:
+    """One built source's stage memos, then its Neo4j plans and pages. A failure is the next
+    build's to meet and report (a source whose tables went, a graph server that left)."""
+    from mtrag_resources.stages.warm import warm_stage_memos
+    from mtrag_resources.stores.connect import open_neo4j
+    with contextlib.suppress(Exception):
+        warm_stage_memos(settings, [source_id], specs, links=False)
+    with contextlib.suppress(Exception), open_neo4j(settings) as store:
+        store.warm_up([source_id])
+
+
+def _warm_links(settings: Settings, specs: list) -> None:
+    """The links stage's resolutions of every published source (its first run would resolve every reference)."""
+    from mtrag_resources.stages.warm import warm_stage_memos
+    with contextlib.suppress(Exception):
+        warm_stage_memos(settings, [], specs)
 
 
 def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
@@ -103,7 +137,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     # The embedded Qdrant stays open from one build to the next (an opening is a build's fixed cost),
     # as in the watch: closed once another process waits for its lock, or after KEEP_QDRANT_OPEN_S.
     cli.KEEP_QDRANT_OPEN = True
-    warm(settings, log)
+    warm_steps = warm(settings, log)
     key, parts = build_client.server_key(settings), build_client.server_key_parts(settings)
     path = build_client.socket_path(settings)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -119,8 +153,8 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     write_text_atomic(build_client.state_path(settings), json.dumps(state))
     build_client.spawned_path(settings).unlink(missing_ok=True)  # `mtrag build`'s note of this start
     log(f"build server pid {os.getpid()} ready in {time.monotonic() - t0:.1f} s at {path} "
-        f"(idle timeout {idle_timeout_s:g} s)")
-    counts = {"builds": 0, "last": time.monotonic(), "building": False}
+        f"(idle timeout {idle_timeout_s:g} s; {len(warm_steps)} source(s) to warm up between builds)")
+    counts = {"builds": 0, "last": time.monotonic(), "building": False, "warming": len(warm_steps)}
     home_gone = False
     queued: queue.Queue = queue.Queue()
     answering = threading.Thread(target=_answer, name="mtrag-build-server-accept", daemon=True,
@@ -128,6 +162,10 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     answering.start()
     try:
         while not stop.is_set():
+            if warm_steps and queued.empty():
+                warm_steps.pop(0)()
+                counts["warming"] = len(warm_steps)
+                continue
             try:
                 conn, request = queued.get(timeout=LOOP_TICK_MS / 1000)
             except queue.Empty:
@@ -202,6 +240,7 @@ def _answer(listener: socket.socket, key: str, parts: dict, idle_timeout_s: floa
             if op == "ping":
                 build_client.send_line(conn, {"pid": os.getpid(), "key": key, "builds": counts["builds"],
                                               "building": counts["building"], "queued": queued.qsize(),
+                                              "warming": counts["warming"],
                                               "idle_s": 0.0 if counts["building"] else
                                               round(time.monotonic() - counts["last"], 1),
                                               "idle_timeout_s": idle_timeout_s})

@@ -298,6 +298,8 @@ def _build_server_line(result: dict) -> str:
         return "build server: not running"
     doing = (f"building, {result['queued']} queued" if result.get("building")
              else f"idle {result['idle_s']:g} s of {result['idle_timeout_s']:g} s")
+    if result.get("warming"):
+        doing += f", {result['warming']} source(s) left to warm up"
     return (f"build server: running (pid {result['pid']}, {result['builds']} build(s), {doing})"
             + (f"; ready in {result['ready_s']:g} s" if result.get("ready_s") is not None else "")
             + ("" if result["usable"] else "; started for another code tree or other settings: "

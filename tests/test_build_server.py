@@ -80,6 +80,10 @@ def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanl
     pid = server_pid()
     settings = Settings.from_env()
     assert build_client.socket_path(settings).exists() and build_client.state_path(settings).exists()
+    t0 = time.monotonic()  # ready before its sources are warmed: it warms them between builds
+    while json.loads(mtrag("build-server", "status", "--json").stdout)["warming"] > 0:
+        assert time.monotonic() - t0 < 120, "the server never finished warming its sources"
+        time.sleep(0.2)
     again = mtrag("build-server", "start")  # a second start reports the running one
     assert again.returncode == 0 and f"pid {pid}" in again.stdout
 

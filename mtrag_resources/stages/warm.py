@@ -23,9 +23,11 @@ from mtrag_resources.stages.cross_source_links import compute_links, keep_link_r
 from mtrag_resources.stores.tables import adopt_rows, hold_arrow, hold_table, read_shared, read_table, table_exists
 
 
-def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[SourceSpec] | None = None) -> int:
+def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[SourceSpec] | None = None,
+                     links: bool = True) -> int:
     """Load the memos for `source_ids`; returns the rows and facts files now in memory. With the
-    sources' `specs`, each built source's code graph is resolved once too (nothing is written)."""
+    sources' `specs`, each built source's code graph is resolved once too (nothing is written),
+    and, with `links`, the links of every published source."""
     loaded = 0
     keep_resolutions()
     keep_link_resolutions()
@@ -56,7 +58,7 @@ def warm_stage_memos(settings: Settings, source_ids: list[str], specs: list[Sour
             # identity, not field by field.
             adopt_rows(layout.nodes, sorted(nodes, key=attrgetter("node_id")), GraphNode)
             adopt_rows(layout.relations, sorted(relations, key=attrgetter("rel_id")), GraphRelation)
-    if specs:
+    if specs and links:
         # The first links stage would resolve every reference with no memo to keep them from
         # (the first build of a build server would pay for every reference)
         publishable = publishable_sources(settings, specs)
