@@ -229,14 +229,14 @@ def test_a_switch_keeps_the_shards_of_collections_it_did_not_change(mtrag_env):
     readers = Path(load_current(settings().manifest_dir)["stores"]["qdrant_snapshot"]).parent / ".readers"
     try:
         assert reader.query("apply the regional tax", k=5)["generation"] == 1
-        core = reader._core()
-        first = core._qdrant.client
-        docs_shard, code_shard, first_copy = first._shards["mtrag_docs"], first._shards["mtrag_code"], core._qdrant_copy
+        core = reader._core().generations  # the loaded generation and its switch
+        first = core.qdrant.client
+        docs_shard, code_shard, first_copy = first._shards["mtrag_docs"], first._shards["mtrag_code"], core.qdrant_copy
         _edit_tax(mtrag_env, "switched")
         build()
         second = reader.query("round to cents (switched)", k=5)
         assert second["generation"] == 2 and second["stale"] == []
-        client = core._qdrant.client
+        client = core.qdrant.client
         assert client._shards["mtrag_docs"] is docs_shard and client._shards["mtrag_code"] is not code_shard
         assert client.adopted == set()  # taken over: the docs shard is this generation's to close
         assert str(client.homes["mtrag_docs"]).startswith(first_copy) and Path(first_copy).is_dir()
@@ -248,12 +248,12 @@ def test_a_switch_keeps_the_shards_of_collections_it_did_not_change(mtrag_env):
         build()
         third = reader.query("Rounding happens to cents, always", k=5, kind="docs")
         assert third["generation"] == 3 and any(h["file_path"] == "notes.md" for h in third["hits"])
-        client = core._qdrant.client
-        assert client._shards["mtrag_docs"] is not docs_shard and str(client.homes["mtrag_docs"]).startswith(core._qdrant_copy)
+        client = core.qdrant.client
+        assert client._shards["mtrag_docs"] is not docs_shard and str(client.homes["mtrag_docs"]).startswith(core.qdrant_copy)
         deadline = time.monotonic() + 10  # the old generations close on a thread of their own
         while len(core._open_qdrants) > 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert core._open_qdrants == [core._qdrant]
+        assert core._open_qdrants == [core.qdrant]
         # a closed generation's folder is kept exactly while a served shard lives in it
         served = {str(home) for home in client.homes.values()}
         for folder in {first_copy, *core._retired}:
@@ -271,14 +271,14 @@ def test_a_switch_keeps_the_live_graph_connection(mtrag_env):
     reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
     try:
         first = reader.query("apply the regional tax", k=5)
-        core = reader._core()
-        connection = core._live_graph()
+        core = reader._core().generations  # the loaded generation and its switch
+        connection = core.graph.live()
         assert first["generation"] == 1 and connection is not None
         _edit_tax(mtrag_env, "switched")
         build()
         second = reader.query("apply the regional tax", k=5)
         assert second["generation"] == 2 and second["stale"] == []
-        assert core._live_graph() is connection
+        assert core.graph.live() is connection
         assert connection.markers()  # not closed with generation 1's stores
         paths = reader.paths("shopcart.cart.Cart.total", rel_types=["CALLS"], max_hops=3)
         assert paths["generation"] == 2 and paths["paths"]
@@ -290,18 +290,18 @@ def test_a_serving_reader_loads_a_changed_collection_only_when_no_query_is_in_fl
     """Loading an Edge shard holds the GIL, so a query in flight would stall for it: a serving
     reader's switch (watch_current) waits for the queries in flight to end before it loads the
     changed collection, and serves the loaded generation meanwhile."""
-    from mtrag_resources.serving import reader as reader_module
-    monkeypatch.setattr(reader_module, "SWITCH_QUIET_WAIT_S", 60.0)  # no giving up within the test
+    from mtrag_resources.serving import generations as generations_module
+    monkeypatch.setattr(generations_module, "SWITCH_QUIET_WAIT_S", 60.0)  # no giving up within the test
     build()
     reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
     in_flight, done = threading.Event(), threading.Event()
     try:
         assert reader.query("apply the regional tax", k=5)["generation"] == 1
-        core = reader._core()
+        core = reader._core().generations  # the loaded generation and its switch
         reader.watch_current()
 
         def query_in_flight():
-            with core._lock.shared():  # what a query holds while it reads the loaded generation
+            with core.lock.shared():  # what a query holds while it reads the loaded generation
                 in_flight.set()
                 done.wait(60)
 
@@ -312,7 +312,7 @@ def test_a_serving_reader_loads_a_changed_collection_only_when_no_query_is_in_fl
         build()
         time.sleep(1.0)  # many switch polls: the new generation is linked, its code shard not loaded
         assert core.manifest["generation"] == 1
-        assert core._open_qdrants == [core._qdrant]  # generation 2's store is not open yet
+        assert core._open_qdrants == [core.qdrant]  # generation 2's store is not open yet
         done.set()
         holder.join(10)
         deadline = time.monotonic() + 30
@@ -346,7 +346,7 @@ def test_a_serving_reader_opens_a_published_version_before_the_manifest_names_it
     seen: dict = {}
     try:
         assert reader.query("apply the regional tax", k=5)["generation"] == 1
-        core = reader._core()
+        core = reader._core().generations  # the loaded generation and its switch
         reader.watch_current()
 
         def prefetched_now() -> bool:
@@ -370,7 +370,7 @@ def test_a_serving_reader_opens_a_published_version_before_the_manifest_names_it
         version, store = seen["second"][:2]
         assert load_current(settings().manifest_dir)["stores"]["qdrant_snapshot"] == version
         _wait(lambda: core.manifest["generation"] == 2, "the switch to generation 2")
-        assert core._qdrant is store and core._prefetched is None
+        assert core.qdrant is store and core._prefetched is None
         answer = reader.query("round to cents (prefetched)", k=5)
         assert answer["generation"] == 2 and any("tax.py" in h["file_path"] for h in answer["hits"])
 
@@ -398,7 +398,7 @@ def test_a_serving_reader_opens_a_published_version_before_the_manifest_names_it
         tax.write_text(tax.read_text().replace(f"({marker})", "(third)"))
         build()
         _wait(lambda: core.manifest["generation"] == 3, "the switch to generation 3")
-        assert core._qdrant is not seen["refused again"][1] and core._prefetched is None
+        assert core.qdrant is not seen["refused again"][1] and core._prefetched is None
         _wait(closed("refused again"), "the second refused version's store closed and its folder removed")
         answer = reader.query("round to cents (third)", k=5)
         assert answer["generation"] == 3 and any("tax.py" in h["file_path"] for h in answer["hits"])
@@ -409,25 +409,25 @@ def test_a_serving_reader_opens_a_published_version_before_the_manifest_names_it
 def test_a_collection_new_in_a_prefetched_generation_is_warmed_at_the_switch(mtrag_env, monkeypatch):
     """The prefetch warms the collections the loaded manifest names; a publish that adds a source
     of another kind adds a collection, which the switch to the prefetched store warms itself."""
-    from mtrag_resources.serving import reader as reader_module
+    from mtrag_resources.serving import generations as generations_module
     from mtrag_resources.stages import index_manifest
     sources = mtrag_env["sources"]
     both = sources.read_text()
     sources.write_text("\n".join(line for line in both.splitlines() if "shop-docs" not in line) + "\n")
     build()
     warmed: list[set] = []
-    real_warm = reader_module._warm_vectors
+    real_warm = generations_module._warm_vectors
 
     def recorded(qdrant, manifest, skip=frozenset()):
         names = (manifest.get("stores", {}).get("qdrant_collections") or {}).values()
         warmed.append({n for n in names if n not in skip})
         return real_warm(qdrant, manifest, skip)
 
-    monkeypatch.setattr(reader_module, "_warm_vectors", recorded)
+    monkeypatch.setattr(generations_module, "_warm_vectors", recorded)
     reader = IndexReader(home=str(mtrag_env["home"]), log_proposals=False)
     try:
         assert reader.query("apply the regional tax", k=5)["generation"] == 1
-        core = reader._core()
+        core = reader._core().generations  # the loaded generation and its switch
         reader.watch_current()
         real_gather = index_manifest.gather_views
         opened: list = []
@@ -441,7 +441,7 @@ def test_a_collection_new_in_a_prefetched_generation_is_warmed_at_the_switch(mtr
         sources.write_text(both)
         build()
         _wait(lambda: core.manifest["generation"] == 2, "the switch to generation 2")
-        assert core._qdrant is opened[0]  # the prefetched store is served
+        assert core.qdrant is opened[0]  # the prefetched store is served
         # the prefetch warmed what the loaded manifest names (no docs collection); the switch, last,
         # warmed the collection the new manifest adds
         assert len(warmed) >= 2 and all("mtrag_docs" not in w for w in warmed[:-1])

@@ -344,7 +344,7 @@ def overlapping(mtrag_env):
 
 def _answer_sources(answer) -> dict[str, set]:
     """The source of every hit, bridge entry, bundle and path node of an answer."""
-    from mtrag_resources.serving.reader import _node_source
+    from mtrag_resources.serving.graph_queries import node_source as _node_source
     return {"hits": {h["source_id"] for h in answer["hits"]},
             "bridge": {b["source_id"] for b in answer["bridge"]},
             "bundles": {b["source_id"] for b in answer["bundles"]},

@@ -173,7 +173,7 @@ def _call(url: str, key: str | None, body: dict | None = None) -> tuple[int, dic
 
 def _sources_in(answer: dict) -> set[str]:
     """Every source id an answer names: hits, bridge, bundles, path nodes, stale entries."""
-    from mtrag_resources.serving.reader import _node_source
+    from mtrag_resources.serving.graph_queries import node_source as _node_source
     return ({h["source_id"] for h in answer["hits"]} | {b["source_id"] for b in answer["bridge"]}
             | {b["source_id"] for b in answer["bundles"]}
             | {_node_source(n) for p in answer["paths"] for n in p["nodes"]}

@@ -63,7 +63,7 @@ def test_a_question_searches_the_chinese_index_by_its_content_words(translator):
 
 
 def test_the_multilingual_channel_embeds_a_long_query_s_first_words():
-    from mtrag_resources.serving.reader import ML_QUERY_CJK_CHARS, ML_QUERY_WORDS, multilingual_query_text
+    from mtrag_resources.serving.query_embedding import ML_QUERY_CJK_CHARS, ML_QUERY_WORDS, multilingual_query_text
     long_en = " ".join(f"w{i}" for i in range(100))
     assert multilingual_query_text(long_en).split() == long_en.split()[:ML_QUERY_WORDS]
     assert multilingual_query_text("how do I prompt for a password") == "how do I prompt for a password"

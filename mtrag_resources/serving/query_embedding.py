@@ -1,0 +1,117 @@
+"""Which models embed and translate a query: the default embedder that matches the published
+generation's, the multilingual one for the CJK chunks' collections, and the Chinese-English
+dictionary.
+
+`QueryEmbedders` is one object the reader holds: it loads each model on first use, keeps it, and
+refuses (EmbedderMismatch) an embedder that is not the one the generation was embedded with."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from mtrag_resources.core.config import env
+from mtrag_resources.core.errors import MtragError
+from mtrag_resources.core.scripts import is_cjk_query
+from mtrag_resources.embedding.multilingual import MultilingualEmbedder
+from mtrag_resources.serving.translation import QueryTranslator, Translation
+
+# The multilingual embedder's cost grows with the query's length (docs/performance.md#embedding);
+# what an English question asks of the Chinese chunks is in its first words.
+ML_QUERY_WORDS = 24
+ML_QUERY_CJK_CHARS = 128
+
+
+class EmbedderMismatch(MtragError, RuntimeError):
+    """The query embedder is not the one the published generation was embedded with."""
+
+    http_status = 409
+
+
+def multilingual_query_text(text: str) -> str:
+    """The part of a query the multilingual channel embeds: a Chinese one's first
+    ML_QUERY_CJK_CHARS characters, another's first ML_QUERY_WORDS words."""
+    if is_cjk_query(text):
+        return text[:ML_QUERY_CJK_CHARS]
+    return " ".join(text.split()[:ML_QUERY_WORDS])
+
+
+def ms_since(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 2)
+
+
+class QueryEmbedders:
+    """The query-side models, each loaded on first use."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._embedder = None
+        self._multilingual = None
+        self.translator = QueryTranslator()        # a Chinese question's English words (loaded on first use)
+
+    def embed(self, text: str, expected: dict):
+        """(the query's vector by the embedder `expected` names, its milliseconds)."""
+        t0 = time.perf_counter()
+        return self.embedder_for(expected).encode([text])[0], ms_since(t0)
+
+    def embed_multilingual(self, text: str):
+        """(the query's vector in the multilingual space, its milliseconds)."""
+        t0 = time.perf_counter()
+        return self._multilingual.encode_query(multilingual_query_text(text)), ms_since(t0)
+
+    def multilingual_channel(self, manifest: dict) -> tuple[bool, list[dict]]:
+        """Does the query also search the multilingual collections (the CJK chunks, embedded by
+        the multilingual model)? Yes when the generation has them and the query-side multilingual
+        embedder is the one that embedded them, whatever the question's language: an English
+        question finds a Chinese doc there. A mismatch is reported stale."""
+        published = manifest.get("multilingual")
+        if not published:
+            return False, []
+        if self._multilingual is None:
+            self._multilingual = MultilingualEmbedder(threads=2)
+        if self._multilingual.fingerprint_id != published.get("fingerprint_id"):
+            return False, [{"source": "*", "store": "qdrant_ml",
+                            "reason": f"the query's multilingual embedder {self._multilingual.fingerprint_id} is not "
+                                      f"the generation's {published.get('fingerprint_id')}"}]
+        return True, []
+
+    def translate(self, text: str) -> Translation:
+        """The English words of a question written (mostly) in Chinese; no translation otherwise:
+        an English question with a Chinese word keeps its own words."""
+        return self.translator.translate(text) if is_cjk_query(text) else Translation("", ())
+
+    def preload(self, manifest: dict) -> None:
+        """Load the query embedder for `manifest` on the side pool while the first generation's
+        stores open (a one-shot `mtrag query` otherwise loads it after them). A failure here is
+        the first query's to report, so it is not raised."""
+        with contextlib.suppress(Exception):
+            self.embedder_for(manifest["embedder"]).model  # noqa: B018 - loads the model files
+
+    def embedder_for(self, expected: dict):
+        from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
+        with self._lock:
+            # one thread per query: requests run in parallel threads, and one short text
+            # gains nothing from splitting (measured: p50 22 ms vs 92 ms with 2 on a busy box)
+            config = EmbedderConfig.from_env(threads=1)
+            if not env("MTRAG_EMBED_BACKEND") and config.device.startswith("cpu"):
+                # unset: embed queries the way the published generation embedded its chunks
+                config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
+            if self._embedder is None or self._embedder.config.backend != config.backend:
+                self._embedder = Embedder(config)
+        fp = self._embedder.fingerprint  # cached: what the loaded model is (the files' state re-read cost ~1.3 ms a query)
+        keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt", "vectors")
+        fp, expected = _with_vector_kind(fp), _with_vector_kind(expected)
+        diff = {k: (fp.get(k), expected.get(k)) for k in keys if fp.get(k) != expected.get(k)}
+        if diff:
+            raise EmbedderMismatch(
+                "the query embedder does not match the published generation's embedder: "
+                + ", ".join(f"{k}: query {a!r} vs manifest {b!r}" for k, (a, b) in diff.items())
+                + " (set MTRAG_EMBED_MODEL to the manifest's model or rebuild)")
+        return self._embedder
+
+
+def _with_vector_kind(fp: dict) -> dict:
+    """torch and onnx (fp32) give the same vectors (to ~3e-7): a query may use either against an
+    index built by the other; int8 vectors are another kind."""
+    backend = fp.get("backend") or "torch"
+    return {**fp, "vectors": backend if backend.startswith("onnx-int8") else "fp32"}
