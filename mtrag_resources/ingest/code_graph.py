@@ -168,78 +168,125 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
     resolver = _Resolver(parsed, record=reuse, memo=_LAST_TABLES.get(source_id, {}) if reuse else None)
     if reuse:
         _LAST_TABLES[source_id] = resolver.file_tables
-    relations: dict[str, GraphRelation] = {r.rel_id: r for pf in parsed for r in pf.relations}
-    last, edges = _LAST_EDGES.get(source_id, {}), {}
-    last_ids, ids = _LAST_IDS.get(source_id, {}), {}
+    graph = _Edges(source_id, parsed, resolver)
+    _add_bases(parsed, graph)
+    # With `reuse`, a call the last resolution of this source made keeps its result where none of
+    # the table entries it read changed (a watch batch re-resolves the calls of the changed files
+    # and few others).
+    previous = _LAST_CALLS.get(source_id) if reuse else None
+    graph.changed = resolver.changed_since(previous[0]) if previous is not None else None
+    earlier = previous[1] if graph.changed is not None else {}
+    last_files = _LAST_FILES.get(source_id, {}) if graph.changed is not None else {}
+    resolved, reused, files = _add_calls(parsed, graph, earlier, last_files, reuse)
+    last_imports = _LAST_IMPORTS.get(source_id, {}) if graph.changed is not None else {}
+    file_imports = _add_imports(parsed, graph, last_imports, reuse)
+    nodes = _add_endpoints(source_id, parsed, graph)
+    if resolver.order_dependent and earlier:
+        # an import cycle or the hop bound cut a name: what it resolved to depends on what was
+        # resolved before it, so this source resolves whole, as a fresh process would
+        for memo in (_LAST_CALLS, _LAST_FILES, _LAST_IMPORTS):
+            memo.pop(source_id, None)
+        return resolve_code_graph(source_id, parsed, reuse=False)
+    _LAST_EDGES[source_id] = graph.edges
+    _LAST_IDS[source_id] = graph.ids
+    _LAST_FILES[source_id] = files
+    _LAST_IMPORTS[source_id] = file_imports
+    _COUNTS[source_id] = {"calls_resolved": len(resolved) - reused, "calls_reused": reused}
+    if resolver.order_dependent or "go" in resolver.language.values():
+        for memo in (_LAST_CALLS, _LAST_FILES, _LAST_IMPORTS):  # Go's package imports take what the calls used: whole
+            memo.pop(source_id, None)
+    elif reuse:
+        _LAST_CALLS[source_id] = (resolver, resolved)
+    return list(nodes.values()), list(graph.relations.values())
 
-    def add(rel_type: str, src_id: str, targets: list[str], verified: bool, fact: dict, attempts=None) -> None:
+
+class _Edges:
+    """The relations of one resolution: every file's structural ones, then each resolved edge,
+    which keeps its id (and, where the same fact made it with the same targets, its relation) from
+    this source's last resolution. `changed`: the table entries that changed since the last
+    resolution (None: no reuse), set before the calls are resolved."""
+
+    def __init__(self, source_id: str, parsed: list[ParsedFile], resolver: "_Resolver"):
+        self.source_id = source_id
+        self.resolver = resolver
+        self.relations: dict[str, GraphRelation] = {r.rel_id: r for pf in parsed for r in pf.relations}
+        self.last, self.edges = _LAST_EDGES.get(source_id, {}), {}
+        self.last_ids, self.ids = _LAST_IDS.get(source_id, {}), {}
+        self.changed: set | None = None
+
+    def add(self, rel_type: str, src_id: str, targets: list[str], verified: bool, fact: dict,
+            attempts=None) -> None:
         if not targets:
             return
-        dst = resolver.by_qn[targets[0]]
+        dst = self.resolver.by_qn[targets[0]]
         if dst.node_id == src_id and rel_type != "CALLS":
             return
         ends = (rel_type, src_id, dst.node_id)
-        rel_id = ids.get(ends) or last_ids.get(ends) or stable_id(*ends)
-        ids[ends] = rel_id
+        rel_id = self.ids.get(ends) or self.last_ids.get(ends) or stable_id(*ends)
+        self.ids[ends] = rel_id
         if attempts is not None:  # the file's replay (_FileCalls): the edge, or what makes it
             attempts.append((rel_id, ends, (rel_type, src_id, targets, verified, fact)))
-        if rel_id in relations:
+        if rel_id in self.relations:
             return
-        was = last.get(rel_id)
+        was = self.last.get(rel_id)
         if was is not None and was[0] is fact and was[1] == targets and was[2] == verified \
                 and was[3].dst_id == dst.node_id:
-            relations[rel_id] = was[3]
-            edges[rel_id] = was
+            self.relations[rel_id] = was[3]
+            self.edges[rel_id] = was
             return
         several = len(targets) > 1 or not verified
-        relations[rel_id] = GraphRelation(
+        self.relations[rel_id] = GraphRelation(
             rel_id=rel_id, rel_type=rel_type, src_id=src_id, dst_id=dst.node_id,
             confidence="INFERRED" if several else "VERIFIED",
             candidates=sorted(targets) if several else [],
             evidence_file=fact["file_path"], evidence_start=fact["line"],
             evidence_end=fact["line"], evidence_hash=fact.get("evidence_hash", ""),
-            evidence_text=fact.get("text", "")[:200], source_id=source_id,
+            evidence_text=fact.get("text", "")[:200], source_id=self.source_id,
         )
-        edges[rel_id] = (fact, list(targets), verified, relations[rel_id])
+        self.edges[rel_id] = (fact, list(targets), verified, self.relations[rel_id])
 
-    def replay(was: _FileCalls) -> None:
+    def replay(self, was: _FileCalls) -> None:
         """A file's edges as its last resolution added them (_FileCalls.attempts)."""
-        if was.added is not None and relations.keys().isdisjoint(was.added[1]):
+        if was.added is not None and self.relations.keys().isdisjoint(was.added[1]):
             # every edge was its own last time, and no file before it has one of them now
-            for table, part in zip((ids, relations, edges), was.added):
+            for table, part in zip((self.ids, self.relations, self.edges), was.added):
                 table.update(part)
             return
         own: tuple[dict, dict, dict] | None = ({}, {}, {})
         for rel_id, ends, args in was.attempts:
-            ids[ends] = rel_id
+            self.ids[ends] = rel_id
             if own is not None:
                 own[0][ends] = rel_id
-            if rel_id in relations:
+            if rel_id in self.relations:
                 if own is not None and rel_id not in own[1]:
                     own = None  # an edge of a file before it
                 continue
-            edge = last.get(rel_id)
+            edge = self.last.get(rel_id)
             if edge is not None and edge[0] is args[4]:
-                relations[rel_id] = edge[3]
-                edges[rel_id] = edge
+                self.relations[rel_id] = edge[3]
+                self.edges[rel_id] = edge
                 if own is not None:
                     own[1][rel_id], own[2][rel_id] = edge[3], edge
             else:  # another file's fact made it last time
                 own = None
-                add(*args)
+                self.add(*args)
         was.added = own
 
-    def replayed(last_of: dict[int, _FileCalls], pf: ParsedFile) -> _FileCalls | None:
+    def replayed(self, last_of: dict[int, _FileCalls], pf: ParsedFile) -> _FileCalls | None:
         """The file's _FileCalls of the last resolution, its edges added again as they were, where
         it is the same file and read no entry that changed since; else None (nothing added)."""
         was = last_of.get(id(pf))
-        if was is None or was.parsed is not pf or not changed.isdisjoint(was.tokens):
+        if was is None or was.parsed is not pf or not self.changed.isdisjoint(was.tokens):
             return None
-        replay(was)
+        self.replay(was)
         return was
 
+
+def _add_bases(parsed: list[ParsedFile], graph: _Edges) -> None:
+    """The INHERITS edges, before the calls: `self.m()` may resolve to an inherited method."""
+    resolver = graph.resolver
     resolver.in_bases_pass = True
-    for pf in parsed:  # bases first: `self.m()` may resolve to an inherited method
+    for pf in parsed:
         for fact in pf.bases:
             targets = [t for t in resolver.resolve(fact["base_expr"], fact, in_class=False)[0]
                        if resolver.by_qn[t].label == "Class" and t != fact["class_qn"]]
@@ -247,25 +294,26 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
                 if len(targets) == 1:  # only a certain base may pin inherited methods
                     resolver.class_bases[fact["class_qn"]].append(targets[0])
                     resolver.bases_appended.append((fact["class_qn"], targets[0]))
-                add("INHERITS", fact["class_id"], targets, len(targets) == 1, fact)
+                graph.add("INHERITS", fact["class_id"], targets, len(targets) == 1, fact)
     resolver.in_bases_pass = False
-    # A call resolves from its expression and where it stands, nothing else, and the resolver's
-    # tables no longer change in this pass: a quarter of django's 28.7k calls repeat one (`len(x)`,
-    # `self.check()` in one class), and each resolves once. With `reuse`, a call the last
-    # resolution of this source made keeps its result where none of the table entries it read
-    # changed (a watch batch re-resolves the calls of the changed files and few others).
-    previous = _LAST_CALLS.get(source_id) if reuse else None
-    changed = resolver.changed_since(previous[0]) if previous is not None else None
-    earlier = previous[1] if changed is not None else {}
+
+
+def _add_calls(parsed: list[ParsedFile], graph: _Edges, earlier: dict, last_files: dict[int, _FileCalls],
+               reuse: bool) -> tuple[dict, int, dict[int, _FileCalls]]:
+    """The CALLS edges: (each distinct call's result, how many were reused, each file's calls).
+    A call resolves from its expression and where it stands, nothing else, and the resolver's
+    tables no longer change in this pass: a quarter of django's 28.7k calls repeat one (`len(x)`,
+    `self.check()` in one class), and each resolves once. `earlier`: the last resolution's
+    results, each kept where none of the entries it read changed."""
+    resolver, changed = graph.resolver, graph.changed
     resolved: dict[tuple, tuple[list[str], bool, frozenset]] = {}
     reused = 0
     directories: dict[str, str] = {}
-    last_files = _LAST_FILES.get(source_id, {}) if changed is not None else {}
     files: dict[int, _FileCalls] = {}
     for pf in parsed:
         if not pf.calls:
             continue
-        was = replayed(last_files, pf)
+        was = graph.replayed(last_files, pf)
         if was is not None:  # an unchanged file none of whose calls read a changed entry
             size = len(resolved)
             resolved.update(was.resolved)
@@ -290,21 +338,26 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
                     reused += 1
                 resolved[key] = found
             mine[key] = found
-            add("CALLS", fact["caller_id"], found[0], found[1], fact, attempts)
+            graph.add("CALLS", fact["caller_id"], found[0], found[1], fact, attempts)
         if reuse:
             tokens = {("qn", found[0][0]) for found in mine.values() if found[0]}  # add's by_qn lookup
             for found in mine.values():
                 tokens.update(found[2])
             files[id(pf)] = _FileCalls(pf, frozenset(tokens), mine, attempts)
-    # After calls: a Go import points at the package files actually used. With `reuse`, an
-    # unchanged file whose imports read no changed entry adds its edges as they were (django: 6.2k
-    # import facts resolved on every watch batch, ~25 ms).
-    last_imports = _LAST_IMPORTS.get(source_id, {}) if changed is not None else {}
+    return resolved, reused, files
+
+
+def _add_imports(parsed: list[ParsedFile], graph: _Edges, last_imports: dict[int, _FileCalls],
+                 reuse: bool) -> dict[int, _FileCalls]:
+    """The IMPORTS edges, after the calls: a Go import points at the package files actually used.
+    With `reuse`, an unchanged file whose imports read no changed entry adds its edges as they
+    were (django: 6.2k import facts resolved on every watch batch, ~25 ms)."""
+    resolver = graph.resolver
     file_imports: dict[int, _FileCalls] = {}
     for pf in parsed:
         if not pf.imports:
             continue
-        was = replayed(last_imports, pf)
+        was = graph.replayed(last_imports, pf)
         if was is not None:
             file_imports[id(pf)] = was
             continue
@@ -314,14 +367,20 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
         try:
             for fact in pf.imports:
                 for target in resolver.import_targets(fact):
-                    add("IMPORTS", fact["module_id"], [target], True, fact, attempts)
+                    graph.add("IMPORTS", fact["module_id"], [target], True, fact, attempts)
         finally:
             tokens = resolver._reads.pop() if reuse else None
         if reuse:
             tokens.update(("qn", args[2][0]) for _rel_id, _ends, args in attempts)  # add's by_qn lookup
             file_imports[id(pf)] = _FileCalls(pf, frozenset(tokens), {}, attempts)
+    return file_imports
 
-    nodes: dict[str, GraphNode] = dict(resolver.by_id)  # every file's nodes, the first of an id: as by_id
+
+def _add_endpoints(source_id: str, parsed: list[ParsedFile], graph: _Edges) -> dict[str, GraphNode]:
+    """Every file's nodes (the first of an id, as by_id) with the source's Endpoint nodes and their
+    ROUTES_TO edges."""
+    resolver = graph.resolver
+    nodes: dict[str, GraphNode] = dict(resolver.by_id)
     for endpoint in compose_endpoints([f for pf in parsed for f in pf.routes], resolver.aliases):
         targets, verified = resolver.handler(endpoint)
         node_id = endpoint_node_id(source_id, endpoint["name"])
@@ -330,24 +389,8 @@ def resolve_code_graph(source_id: str, parsed: list[ParsedFile],
             source_id=source_id, file_path=endpoint["file_path"], start_line=endpoint["line"],
             end_line=endpoint["line"], chunk_id=resolver.by_qn[targets[0]].chunk_id if targets else "",
             content_hash=endpoint.get("evidence_hash", "")))
-        add("ROUTES_TO", node_id, targets, verified, endpoint)
-    if resolver.order_dependent and earlier:
-        # an import cycle or the hop bound cut a name: what it resolved to depends on what was
-        # resolved before it, so this source resolves whole, as a fresh process would
-        for memo in (_LAST_CALLS, _LAST_FILES, _LAST_IMPORTS):
-            memo.pop(source_id, None)
-        return resolve_code_graph(source_id, parsed, reuse=False)
-    _LAST_EDGES[source_id] = edges
-    _LAST_IDS[source_id] = ids
-    _LAST_FILES[source_id] = files
-    _LAST_IMPORTS[source_id] = file_imports
-    _COUNTS[source_id] = {"calls_resolved": len(resolved) - reused, "calls_reused": reused}
-    if resolver.order_dependent or "go" in resolver.language.values():
-        for memo in (_LAST_CALLS, _LAST_FILES, _LAST_IMPORTS):  # Go's package imports take what the calls used: whole
-            memo.pop(source_id, None)
-    elif reuse:
-        _LAST_CALLS[source_id] = (resolver, resolved)
-    return list(nodes.values()), list(relations.values())
+        graph.add("ROUTES_TO", node_id, targets, verified, endpoint)
+    return nodes
 
 
 def endpoint_node_id(source_id: str, name: str) -> str:
