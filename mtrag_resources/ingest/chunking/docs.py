@@ -516,6 +516,30 @@ def chunk_doc(source_id: str, file_path: str, text: str, fmt: str, max_tokens: i
                        page_title=page_title, default_role=default_role, code_spans=code_spans)
 
 
+@dataclass(frozen=True)
+class _Doc:
+    """One document being chunked: where its chunks come from, and how an offset of its working
+    text is reported (a line, or a PDF's page)."""
+    source_id: str
+    file_path: str
+    fmt: str
+    work: str
+    line_of: Callable[[int], int]
+    page_of: Callable[[int], int] | None
+    page_title: str
+    max_tokens: int
+
+    def where(self, s: int, e: int) -> str:
+        if self.page_of is None:
+            return f"{self.line_of(s)}-{self.line_of(e - 1)}"
+        first, last = self.page_of(s), self.page_of(max(e - 1, s))
+        return f"p. {first}" if first == last else f"p. {first}-{last}"
+
+    def names(self, sec: _Section, key: str) -> tuple[str, str]:
+        """A section's (symbol, title)."""
+        return key or self.page_title, sec.heading.title if sec.heading else self.page_title
+
+
 def chunk_units(source_id: str, file_path: str, fmt: str, work: str, units: list[_Unit],
                 line_of: Callable[[int], int], digest: str, max_tokens: int = 256, *,
                 page_title: str | None = None, page_of: Callable[[int], int] | None = None,
@@ -534,99 +558,111 @@ def chunk_units(source_id: str, file_path: str, fmt: str, work: str, units: list
         return out
     headings = [u for u in units if u.kind == "heading" and u.end > u.start]  # not a PDF's "Page 3"
     page_title = (headings[0].title if headings else page_title) or os.path.basename(file_path) or file_path
+    doc = _Doc(source_id, file_path, fmt, work, line_of, page_of, page_title, max_tokens)
     page_id = f"{source_id}:page:{file_path}"
     page = GraphNode(page_id, "Page", page_title, file_path, source_id, file_path,
                      1, line_of(len(work) - 1) if work else 1, "", digest)
     out.nodes.append(page)
-
-    def where(s: int, e: int) -> str:
-        if page_of is None:
-            return f"{line_of(s)}-{line_of(e - 1)}"
-        first, last = page_of(s), page_of(max(e - 1, s))
-        return f"p. {first}" if first == last else f"p. {first}-{last}"
-
     node_ids: dict[int, str] = {}
     passage_spans: list[tuple[int, int, str]] = []  # for locating references
     section_spans: list[tuple[int, str]] = []
     for sec in _sections(work, units):
         key = " > ".join(sec.path)
-        symbol = key or page_title
-        title = sec.heading.title if sec.heading else page_title
-        start, end = sec.units[0].start, sec.units[-1].end
-        first, last = line_of(start), line_of(end - 1)
         suffix = f"#{sec.occurrence + 1}" if sec.occurrence else ""
-        node_id = f"{source_id}:section:{file_path}#{key}{suffix}"
-        node_ids[id(sec)] = node_id
-        parent_text = work[start:end]
-        if len(parent_text) > PARENT_MAX_CHARS:
-            out.warnings.append(f"{file_path}: section {symbol!r} truncated to {PARENT_MAX_CHARS} chars in its parent")
-            parent_text = parent_text[:PARENT_MAX_CHARS]
-        parent = Chunk(
-            chunk_id=stable_id(source_id, file_path, "section", key, sec.occurrence, 0),
-            parent_id=None, role="parent", chunk_type="section", file_path=file_path,
-            start_line=first, end_line=last, title=title,
-            summary=_summary(work, sec.units, start, end, title),
-            symbol=symbol, language=fmt, text=parent_text,
-            locator=f"{file_path} > {symbol}:{where(start, end)}", source_id=source_id,
-            source_kind="docs", graph_ids=[node_id], page=page_of(start) if page_of else 0,
-        ).finalize()
-        out.chunks.append(parent)
-        section_spans.append((start, parent.chunk_id))
+        node_id = node_ids[id(sec)] = f"{source_id}:section:{file_path}#{key}{suffix}"
+        parent = _add_section(doc, sec, key, node_id, node_ids[id(sec.parent)] if sec.parent else page_id, out)
+        section_spans.append((sec.units[0].start, parent.chunk_id))
         if not page.chunk_id:
             page.chunk_id = parent.chunk_id
+        passage_spans += _add_passages(doc, sec, key, node_id, parent, out)
+    _add_references(doc, units, out, passage_spans, section_spans, default_role, code_spans)
+    return out
 
-        out.nodes.append(GraphNode(node_id, "Section", title, f"{file_path}#{key}", source_id, file_path,
-                                   first, last, parent.chunk_id, parent.content_hash))
-        src = node_ids[id(sec.parent)] if sec.parent else page_id
-        # a heading that is no text of the document (a PDF page's "Page 3") has its section as evidence
-        has_heading = sec.heading is not None and sec.heading.end > sec.heading.start
-        ev_start, ev_end = (sec.heading.start, sec.heading.end) if has_heading else (start, end)
-        evidence = work[ev_start:ev_end]
-        out.relations.append(GraphRelation(
-            stable_id("CONTAINS", src, node_id), "CONTAINS", src, node_id, "VERIFIED", [],
-            file_path, line_of(ev_start), line_of(ev_end - 1), sha256_hex(evidence),
-            evidence[:300], source_id,
-        ))
 
-        # A section that is only a heading still gets a passage (its heading): parents are not
-        # searched, and nothing of a file may be left out of every child.
-        pieces = [p for u in sec.units if u.end > u.start for p in _pieces(work, u, max_tokens)]
-        if page_of is not None:  # a passage comes from one page: its `page` is where all of it is
-            runs = [list(run) for _, run in itertools.groupby(pieces, key=lambda p: page_of(p[0]))]
-            passages = [p for run in runs for p in _pack(work, run, max_tokens)]
-        else:
-            passages = _pack(work, pieces, max_tokens)
-        for idx, (s, e) in enumerate(passages):
-            p_first, p_last = line_of(s), line_of(e - 1)
-            child = Chunk(
-                chunk_id=stable_id(source_id, file_path, "passage", key, sec.occurrence, idx),
-                parent_id=parent.chunk_id, role="child", chunk_type="passage", file_path=file_path,
-                start_line=p_first, end_line=p_last, title=title,
-                summary=_summary(work, sec.units, s, e, title),
-                symbol=symbol, language=fmt, text=work[s:e],
-                locator=f"{file_path} > {symbol}:{where(s, e)}", source_id=source_id,
-                source_kind="docs", graph_ids=[node_id], page=page_of(s) if page_of else 0,
-            ).finalize()
-            out.chunks.append(child)
-            passage_spans.append((s, e, child.chunk_id))
+def _add_section(doc: _Doc, sec: _Section, key: str, node_id: str, container_id: str, out: ParsedFile) -> Chunk:
+    """A section's parent chunk, its Section node and the CONTAINS relation from its container
+    (the enclosing section, or the page); returns the parent."""
+    work, file_path, source_id, line_of = doc.work, doc.file_path, doc.source_id, doc.line_of
+    symbol, title = doc.names(sec, key)
+    start, end = sec.units[0].start, sec.units[-1].end
+    first, last = line_of(start), line_of(end - 1)
+    parent_text = work[start:end]
+    if len(parent_text) > PARENT_MAX_CHARS:
+        out.warnings.append(f"{file_path}: section {symbol!r} truncated to {PARENT_MAX_CHARS} chars in its parent")
+        parent_text = parent_text[:PARENT_MAX_CHARS]
+    parent = Chunk(
+        chunk_id=stable_id(source_id, file_path, "section", key, sec.occurrence, 0),
+        parent_id=None, role="parent", chunk_type="section", file_path=file_path,
+        start_line=first, end_line=last, title=title,
+        summary=_summary(work, sec.units, start, end, title),
+        symbol=symbol, language=doc.fmt, text=parent_text,
+        locator=f"{file_path} > {symbol}:{doc.where(start, end)}", source_id=source_id,
+        source_kind="docs", graph_ids=[node_id], page=doc.page_of(start) if doc.page_of else 0,
+    ).finalize()
+    out.chunks.append(parent)
+    out.nodes.append(GraphNode(node_id, "Section", title, f"{file_path}#{key}", source_id, file_path,
+                               first, last, parent.chunk_id, parent.content_hash))
+    # a heading that is no text of the document (a PDF page's "Page 3") has its section as evidence
+    has_heading = sec.heading is not None and sec.heading.end > sec.heading.start
+    ev_start, ev_end = (sec.heading.start, sec.heading.end) if has_heading else (start, end)
+    evidence = work[ev_start:ev_end]
+    out.relations.append(GraphRelation(
+        stable_id("CONTAINS", container_id, node_id), "CONTAINS", container_id, node_id, "VERIFIED", [],
+        file_path, line_of(ev_start), line_of(ev_end - 1), sha256_hex(evidence),
+        evidence[:300], source_id,
+    ))
+    return parent
 
+
+def _add_passages(doc: _Doc, sec: _Section, key: str, node_id: str, parent: Chunk,
+                  out: ParsedFile) -> list[tuple[int, int, str]]:
+    """A section's passages (child chunks); returns each one's (start, end, chunk id).
+    A section that is only a heading still gets a passage (its heading): parents are not
+    searched, and nothing of a file may be left out of every child."""
+    work, page_of, max_tokens = doc.work, doc.page_of, doc.max_tokens
+    symbol, title = doc.names(sec, key)
+    pieces = [p for u in sec.units if u.end > u.start for p in _pieces(work, u, max_tokens)]
+    if page_of is not None:  # a passage comes from one page: its `page` is where all of it is
+        runs = [list(run) for _, run in itertools.groupby(pieces, key=lambda p: page_of(p[0]))]
+        passages = [p for run in runs for p in _pack(work, run, max_tokens)]
+    else:
+        passages = _pack(work, pieces, max_tokens)
+    spans = []
+    for idx, (s, e) in enumerate(passages):
+        child = Chunk(
+            chunk_id=stable_id(doc.source_id, doc.file_path, "passage", key, sec.occurrence, idx),
+            parent_id=parent.chunk_id, role="child", chunk_type="passage", file_path=doc.file_path,
+            start_line=doc.line_of(s), end_line=doc.line_of(e - 1), title=title,
+            summary=_summary(work, sec.units, s, e, title),
+            symbol=symbol, language=doc.fmt, text=work[s:e],
+            locator=f"{doc.file_path} > {symbol}:{doc.where(s, e)}", source_id=doc.source_id,
+            source_kind="docs", graph_ids=[node_id], page=page_of(s) if page_of else 0,
+        ).finalize()
+        out.chunks.append(child)
+        spans.append((s, e, child.chunk_id))
+    return spans
+
+
+def _add_references(doc: _Doc, units: list[_Unit], out: ParsedFile, passage_spans: list[tuple[int, int, str]],
+                    section_spans: list[tuple[int, str]], default_role: str, code_spans: bool) -> None:
+    """The document's references, each located in the passage (or heading-only section) it is in."""
     p_starts = [s for s, _, _ in passage_spans]
     s_starts = [s for s, _ in section_spans]
 
     def locate(offset: int) -> tuple[str, int]:
         i = bisect.bisect_right(p_starts, offset) - 1
         if i >= 0 and offset < passage_spans[i][1]:
-            return passage_spans[i][2], line_of(offset)
+            return passage_spans[i][2], doc.line_of(offset)
         j = max(bisect.bisect_right(s_starts, offset) - 1, 0)  # a heading-only section
-        return section_spans[j][1], line_of(offset)
+        return section_spans[j][1], doc.line_of(offset)
 
     # Fenced (Markdown) and <pre> (HTML) code is skipped whole; rST literal blocks are found by
     # extract_references itself, since a "code" unit there also holds its `Example::` paragraph.
+    fmt = doc.fmt
     code = [(u.start, u.end) for u in units if u.kind == "code"] if fmt != "rst" else []
-    out.references = extract_references(work, file_path, locate, source_id=source_id, skip=code,
+    out.references = extract_references(doc.work, doc.file_path, locate, source_id=doc.source_id, skip=code,
                                         interpreted_role=interpreted_role(default_role) if fmt == "rst" else None,
                                         code_spans=code_spans or fmt == "html")
-    return out
 
 
 # Markdown's ATX headings, MyST roles and fences with an info string; a bare run of backticks or
