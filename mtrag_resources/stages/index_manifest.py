@@ -127,7 +127,7 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
     try:
         with timed(meta, "seconds"):
             # The Qdrant version first: a serving reader opens it as soon as `qdrant-published`
-            # names it (ReaderCore._prefetch) while the gate reads the stores and the manifest is
+            # names it (serving/generations.py, _prefetch) while the gate reads the stores and the manifest is
             # written; a refused candidate's version is pruned below like any other. Not where a
             # source was removed: gather_views deletes its points first.
             publish_cost: dict = {}
@@ -135,51 +135,19 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
             if early:
                 snapshot = snapshot_qdrant(settings, publish_cost)
             views, extra_markers, locations = gather_views(settings, specs, removed)
-            # With a multilingual embedder configured, every CJK child needs its multilingual point and
-            # vector (the gate checks both); the manifest records it only where CJK text is.
-            ml_id = multilingual.fingerprint_id if multilingual is not None else None
-            if multilingual is None:
-                for view in views.values():
-                    view.qdrant_ml_points = None  # not built with one: nothing to count
-            uses_ml = multilingual is not None and any(views[s.id].qdrant_ml_points for s in specs)
-            outcomes = [o for spec in specs for o in
-                        check_source(settings, spec, views[spec.id], embedder.fingerprint_id, embedder.dim, ml_id)]
-            failures = [o for o in outcomes if not o.passed]
-            if failures:
-                raise PublishRefused(failures)
+            outcomes, uses_ml = _check_sources(settings, specs, views, embedder, multilingual)
             number = manifests.latest_number(settings.manifest_dir) + 1
             if not early:
                 snapshot = snapshot_qdrant(settings, publish_cost)
-            sources = {}
-            for spec in specs:
-                layout = SourceLayout(settings, spec.id)
-                roles = _role_counts(layout.chunks)
-                inv = load_inventory(layout)
-                state = read_state(layout)
-                gen = state["generation"]
-                sources[spec.id] = {
-                    "kind": spec.kind,
-                    "snapshot_digest": inv.digest if inv else "",
-                    "commit": inv.commit if inv else "",
-                    # A git source: the snapshot's commit, its ref and repository (every hit of it names them).
-                    **({"commit_sha": inv.commit, "ref": inv.ref, "repository": inv.repository}
-                       if inv and inv.ref else {}),
-                    "chunk_generation": gen,
-                    # a docs source's Sphinx default role: the bridge reads a pasted section of it
-                    # as its build read the pages (serving/bridge.py)
-                    **({"default_role": state["default_role"]} if state.get("default_role") else {}),
-                    "counts": {"chunks": sum(roles.values()), "children": roles.get("child", 0),
-                               "parents": roles.get("parent", 0), "files": len(inv.included) if inv else 0},
-                    "stores": {name: {"generation": m.generation, "state": m.state}
-                               for name, m in views[spec.id].markers.items()},
-                }
+            sources = {spec.id: _source_entry(settings, spec, views[spec.id]) for spec in specs}
             links_marker = extra_markers["links"]
             manifest = {
                 "generation": number,
                 "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
                 "run_id": run_id,
                 "embedder": {**embedder.fingerprint, "fingerprint_id": embedder.fingerprint_id},
-                **({"multilingual": {**multilingual.fingerprint, "fingerprint_id": ml_id}} if uses_ml else {}),
+                **({"multilingual": {**multilingual.fingerprint, "fingerprint_id": multilingual.fingerprint_id}}
+                   if uses_ml else {}),
                 "code_versions": CODE_VERSIONS,
                 "sources": sources,
                 "links": {"generation": links_marker.generation if links_marker else "",
@@ -205,10 +173,56 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                  "added": change["added"], "removed": change["removed"], "changed": change["changed"],
                  "chunks_before": change["chunks_before"], "chunks_after": change["chunks_after"],
                  "checks_passed": len(outcomes), **publish_cost})
-    # Disk no generation needs any more, once this one is CURRENT; a failure here is reported,
-    # and never undoes the publish.
-    try:
-        meta.update(reclaim(settings, {s.id for s in specs} | set(manifest["sources"])))
-    except Exception as exc:  # noqa: BLE001 - the next publish tries again
-        meta["reclaim_error"] = f"{type(exc).__name__}: {exc}"
+    meta.update(_reclaim_after(settings, {s.id for s in specs} | set(manifest["sources"])))
     return StageResult(data_version=str(number), metadata=meta, value=manifest)
+
+
+def _check_sources(settings: Settings, specs: list[SourceSpec], views: dict, embedder: Embedder,
+                   multilingual: MultilingualEmbedder | None) -> tuple[list, bool]:
+    """Every source's publish checks (raises PublishRefused naming the failed ones), and whether
+    the candidate uses the multilingual embedder. With one configured, every CJK child needs its
+    multilingual point and vector (the gate checks both); the manifest records it only where CJK
+    text is."""
+    ml_id = multilingual.fingerprint_id if multilingual is not None else None
+    if multilingual is None:
+        for view in views.values():
+            view.qdrant_ml_points = None  # not built with one: nothing to count
+    uses_ml = multilingual is not None and any(views[s.id].qdrant_ml_points for s in specs)
+    outcomes = [o for spec in specs for o in
+                check_source(settings, spec, views[spec.id], embedder.fingerprint_id, embedder.dim, ml_id)]
+    failures = [o for o in outcomes if not o.passed]
+    if failures:
+        raise PublishRefused(failures)
+    return outcomes, uses_ml
+
+
+def _source_entry(settings: Settings, spec: SourceSpec, view) -> dict:
+    """A source's entry in the manifest: its snapshot, chunk generation, counts and store markers."""
+    layout = SourceLayout(settings, spec.id)
+    roles = _role_counts(layout.chunks)
+    inv = load_inventory(layout)
+    state = read_state(layout)
+    return {
+        "kind": spec.kind,
+        "snapshot_digest": inv.digest if inv else "",
+        "commit": inv.commit if inv else "",
+        # A git source: the snapshot's commit, its ref and repository (every hit of it names them).
+        **({"commit_sha": inv.commit, "ref": inv.ref, "repository": inv.repository}
+           if inv and inv.ref else {}),
+        "chunk_generation": state["generation"],
+        # a docs source's Sphinx default role: the bridge reads a pasted section of it
+        # as its build read the pages (serving/bridge.py)
+        **({"default_role": state["default_role"]} if state.get("default_role") else {}),
+        "counts": {"chunks": sum(roles.values()), "children": roles.get("child", 0),
+                   "parents": roles.get("parent", 0), "files": len(inv.included) if inv else 0},
+        "stores": {name: {"generation": m.generation, "state": m.state} for name, m in view.markers.items()},
+    }
+
+
+def _reclaim_after(settings: Settings, kept: set[str]) -> dict:
+    """Disk no generation needs any more, once the new one is CURRENT; a failure here is reported,
+    and never undoes the publish."""
+    try:
+        return reclaim(settings, kept)
+    except Exception as exc:  # noqa: BLE001 - the next publish tries again
+        return {"reclaim_error": f"{type(exc).__name__}: {exc}"}
