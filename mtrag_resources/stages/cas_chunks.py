@@ -316,25 +316,8 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
                 index[entry.path] = old
                 kept.add(entry.path)
                 continue
-            pdf = entry.language == PDF_LANGUAGE
-            content = cas.get_bytes(entry.sha256) if pdf else cas.get_text(entry.sha256)
-            skipped = ""
-            try:
-                parsed = parse_file(spec.id, entry.path, entry.category, entry.language, content, role,
-                                    max_chunks=spec.max_file_chunks, max_issues=spec.max_issues)
-            except PdfSkip as skip:  # the inventory's probe read a page; the whole file gives none
-                parsed, skipped = ParsedFile(warnings=[f"{entry.path}: skipped: {skip.reason}"]), skip.reason
-            del content  # a large file's text is not needed past its parse
-            key = _facts_key(entry.path, entry.sha256, entry.category, role, limits)
-            facts = {k: [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x for x in getattr(parsed, k)]
-                     for k in _GRAPH_FACTS}
-            write_bytes_atomic(_facts_file(layout, key), gzip.compress(json.dumps(facts).encode(), 3))
-            del facts
-            index[entry.path] = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
-                                 "key": key, "warnings": parsed.warnings, **({"skipped": skipped} if skipped else {}),
-                                 **({"default_role": role} if role else {}), **({"limits": limits} if limits else {})}
-            new_rows.extend(_chunk_rows(parsed, spec, cas))
-            del parsed  # one file's objects at a time: its rows are all the table needs
+            index[entry.path], file_rows = _parse_entry(layout, spec, entry, role, limits, cas)
+            new_rows.extend(file_rows)
         kept_rows, previous_table = _previous_rows(layout, kept)
         table = _assemble(kept_rows, new_rows, spec, inventory)
         del new_rows  # in the table now; the records below are decoded from it
@@ -354,16 +337,6 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         logged = _log_changes(layout, base, previous, table, rows, kept)
         _write_index(layout, index)
         _remove_unused_facts(layout, {e["key"] for e in index.values()})
-    warnings = [w for path in sorted(index) for w in index[path]["warnings"]]
-    # what the files parsed by this run warned: the asset logs these, not every kept file's again
-    # (a watch printed django's two long modules' warnings on every batch)
-    new_warnings = [w for path in sorted(index) if path not in kept for w in index[path]["warnings"]]
-    # Documents that give no text (a scanned, encrypted or unreadable PDF): the snapshot's, and any
-    # this stage found with no text on any page; none of them has a chunk.
-    skipped_docs = {f.path: f.reason for f in inventory.skipped if is_pdf_skip(f.reason)}
-    skipped_docs.update((path, e["skipped"]) for path, e in sorted(index.items()) if e.get("skipped"))
-    # Files indexed only in part (past max_file_chunks, an export past max_issues): each by name.
-    cut_files = {path: w for path in sorted(index) for w in index[path]["warnings"] if is_cut(w)}
     reparsed = len(index) - len(kept)
     generation = chunk_set_generation(rows, spec.id)
     # the serving side reads a pasted section of these docs by the same rule (index_manifest)
@@ -380,17 +353,58 @@ def build_cas_chunks(settings: Settings, spec: SourceSpec) -> StageResult:
         "declarations": truthy_count(table, "declaration"),    # demoted below implementations
         "files_parsed": reparsed,
         "files_reused": len(kept),
-        "skipped_documents": dict(sorted(skipped_docs.items())[:50]),
-        "files_cut": dict(list(cut_files.items())[:50]),
-        "files_cut_count": len(cut_files),
-        "warnings": warnings[:50],
-        "warning_count": len(warnings),
-        "new_warnings": new_warnings[:50],
+        **_file_report(index, kept, inventory),
         "generation": generation,
         "change_log": describe_changes(logged),
         "table_parts_written": f"{written['written']} of {written['parts']} ({written['bytes_written']} bytes)",
     })
     return StageResult(data_version=generation, metadata=meta, value=rows)
+
+
+def _parse_entry(layout: SourceLayout, spec: SourceSpec, entry, role: str, limits: str,
+                 cas: ContentStore) -> tuple[dict, list[dict]]:
+    """Parse one changed file of the snapshot: its facts file written, and (its entry of the
+    index, its chunk rows)."""
+    pdf = entry.language == PDF_LANGUAGE
+    content = cas.get_bytes(entry.sha256) if pdf else cas.get_text(entry.sha256)
+    skipped = ""
+    try:
+        parsed = parse_file(spec.id, entry.path, entry.category, entry.language, content, role,
+                            max_chunks=spec.max_file_chunks, max_issues=spec.max_issues)
+    except PdfSkip as skip:  # the inventory's probe read a page; the whole file gives none
+        parsed, skipped = ParsedFile(warnings=[f"{entry.path}: skipped: {skip.reason}"]), skip.reason
+    del content  # a large file's text is not needed past its parse
+    key = _facts_key(entry.path, entry.sha256, entry.category, role, limits)
+    facts = {k: [dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x for x in getattr(parsed, k)]
+             for k in _GRAPH_FACTS}
+    write_bytes_atomic(_facts_file(layout, key), gzip.compress(json.dumps(facts).encode(), 3))
+    del facts
+    indexed = {"sha256": entry.sha256, "category": entry.category, "language": entry.language,
+               "key": key, "warnings": parsed.warnings, **({"skipped": skipped} if skipped else {}),
+               **({"default_role": role} if role else {}), **({"limits": limits} if limits else {})}
+    # one file's objects at a time: its rows are all the table needs
+    return indexed, _chunk_rows(parsed, spec, cas)
+
+
+def _file_report(index: dict, kept: set[str], inventory) -> dict:
+    """The stage's metadata on its files: the warnings, the documents that gave no text and the
+    files indexed only in part."""
+    warnings = [w for path in sorted(index) for w in index[path]["warnings"]]
+    # what the files parsed by this run warned: the asset logs these, not every kept file's again
+    # (a watch printed django's two long modules' warnings on every batch)
+    new_warnings = [w for path in sorted(index) if path not in kept for w in index[path]["warnings"]]
+    # Documents that give no text (a scanned, encrypted or unreadable PDF): the snapshot's, and any
+    # this stage found with no text on any page; none of them has a chunk.
+    skipped_docs = {f.path: f.reason for f in inventory.skipped if is_pdf_skip(f.reason)}
+    skipped_docs.update((path, e["skipped"]) for path, e in sorted(index.items()) if e.get("skipped"))
+    # Files indexed only in part (past max_file_chunks, an export past max_issues): each by name.
+    cut_files = {path: w for path in sorted(index) for w in index[path]["warnings"] if is_cut(w)}
+    return {"skipped_documents": dict(sorted(skipped_docs.items())[:50]),
+            "files_cut": dict(list(cut_files.items())[:50]),
+            "files_cut_count": len(cut_files),
+            "warnings": warnings[:50],
+            "warning_count": len(warnings),
+            "new_warnings": new_warnings[:50]}
 
 
 def _assemble(kept: pa.Table | None, new_rows: list[dict], spec: SourceSpec, inventory) -> pa.Table:
