@@ -644,69 +644,105 @@ def chunk_issue_export(source_id: str, file_path: str, text: str, max_tokens: in
             file_path, f"{len(export.issues)} issues over max_issues={max_issues}; indexed the {max_issues} most "
             f"recently updated" + (f" (updated {oldest} or later)" if oldest else ""), key="max_issues"))
         export.issues = kept
-    language = "markdown" if export.format == "github" else "jira"
-    by_key = {i.key.lower(): i for i in export.issues}
     references: list[tuple[Issue, str, Chunk, int, str, str]] = []  # (from, target key, chunk, line, line text, matched)
     for issue in export.issues:
-        node_id = issue_node_id(source_id, issue.key)
-        title = f"{issue.display} {issue.title}".strip()
-        common = dict(file_path=file_path, symbol=issue.key, language=language, source_id=source_id,
-                      source_kind=SOURCE_KIND, graph_ids=[node_id], issue_key=issue.key, state=issue.state)
-        header = _header(issue)
-        parent = Chunk(
-            chunk_id=stable_id(source_id, file_path, "issue", issue.key), parent_id=None, role="parent",
-            chunk_type="issue", start_line=1, end_line=_line_count(issue.body), title=title,
-            summary=_first_sentence(issue.body) or title[:SUMMARY_MAX_CHARS],
-            text=header + ("\n\n" + _body_head(issue.body) if issue.body.strip() else ""),
-            locator=f"{file_path} > {issue.key}", **common).finalize()
-        out.chunks.append(parent)
-        out.nodes.append(GraphNode(
-            node_id=node_id, label="Issue", name=issue.display, qualified_name=issue.key, source_id=source_id,
-            file_path=file_path, start_line=1, end_line=_line_count(issue.body), chunk_id=parent.chunk_id,
-            content_hash=parent.content_hash, properties=json.dumps({
-                "key": issue.key, "number": issue.number, "title": issue.title, "state": issue.state,
-                "labels": issue.labels, "author": issue.author, "created_at": issue.created_at,
-                "updated_at": issue.updated_at, "closed_at": issue.closed_at, "url": issue.url,
-                "is_pull_request": issue.is_pull_request, "issue_type": issue.issue_type,
-                "comments": len(issue.comments)}, sort_keys=True)))
-
-        def add_children(body: str, kind: str, ident: tuple, where: str, summary_lead: str,
-                         context: str) -> None:
-            passages, refs, first_of = _passages(source_id, file_path, body, max_tokens)
-            if not passages and kind == "issue_body":  # no body: the title is the issue's text
-                passages = [(header, 1, 1, "")]
-            mine: dict[str, Chunk] = {}
-            for idx, (ptext, first, last, docs_id) in enumerate(passages):
-                sentence = "" if ptext == header else _first_sentence(ptext)
-                child = Chunk(
-                    chunk_id=stable_id(source_id, file_path, kind, issue.key, *ident, idx), parent_id=parent.chunk_id,
-                    role="child", chunk_type=kind, start_line=first, end_line=last, title=title,
-                    summary=(summary_lead + sentence if summary_lead else sentence or title)[:SUMMARY_MAX_CHARS],
-                    text=ptext, locator=f"{file_path} > {issue.key}{where}:{first}-{last}",
-                    embed_text=f"{context}\n\n{ptext}" if ptext != header else "", **common).finalize()
-                out.chunks.append(child)
-                mine[docs_id] = child
-                out.relations.append(GraphRelation(
-                    stable_id("CONTAINS", node_id, f"chunk:{child.chunk_id}"), "CONTAINS", node_id,
-                    f"chunk:{child.chunk_id}", "VERIFIED", [], file_path, first, last, child.content_hash,
-                    f"{issue.key}{where}"[:200], source_id))
-                out.references.extend(_file_refs(ptext, first, child.chunk_id, file_path))
-                for target, offset, matched in _issue_refs(export.format, issue, ptext):
-                    n, line_text = _line_at(ptext, offset)
-                    references.append((issue, target, child, first + n, line_text, matched))
-            for ref in refs:
-                child = mine.get(first_of.get(ref.chunk_id, ""))
-                if child is not None:
-                    ref.chunk_id, ref.file_path = child.chunk_id, file_path
-                    out.references.append(ref)
-
-        context = f"{title} ({issue.state})"
-        add_children(issue.body, "issue_body", (), "", "", context)
+        parts = _issue_parent(source_id, file_path, export.format, issue, max_tokens, out, references)
+        context = f"{parts.title} ({issue.state})"
+        _add_children(parts, issue.body, "issue_body", (), "", "", context)
         for n, comment in enumerate(issue.comments, start=1):
             who = comment.author or "someone"
             lead = f"{who}" + (f" on {comment.created_at[:10]}" if comment.created_at else "") + ": "
-            add_children(comment.body, "issue_comment", (comment.comment_id,), f" > comment {n}", lead,
-                         f"{context}, comment by {who}")
+            _add_children(parts, comment.body, "issue_comment", (comment.comment_id,), f" > comment {n}", lead,
+                          f"{context}, comment by {who}")
+    _add_issue_references(source_id, file_path, export, references, out)
+    return out
+
+
+@dataclass
+class _IssueParts:
+    """One issue being chunked: its parent chunk and node, what each of its chunks shares, and
+    where they go (`out`; `references`: the issue keys its passages name)."""
+    source_id: str
+    file_path: str
+    export_format: str
+    issue: Issue
+    max_tokens: int
+    out: ParsedFile
+    references: list
+    node_id: str
+    title: str
+    header: str
+    parent: Chunk
+    common: dict
+
+
+def _issue_parent(source_id: str, file_path: str, export_format: str, issue: Issue, max_tokens: int,
+                  out: ParsedFile, references: list) -> _IssueParts:
+    """An issue's parent chunk (its header and the head of its body) and its Issue node."""
+    node_id = issue_node_id(source_id, issue.key)
+    title = f"{issue.display} {issue.title}".strip()
+    language = "markdown" if export_format == "github" else "jira"
+    common = dict(file_path=file_path, symbol=issue.key, language=language, source_id=source_id,
+                  source_kind=SOURCE_KIND, graph_ids=[node_id], issue_key=issue.key, state=issue.state)
+    header = _header(issue)
+    parent = Chunk(
+        chunk_id=stable_id(source_id, file_path, "issue", issue.key), parent_id=None, role="parent",
+        chunk_type="issue", start_line=1, end_line=_line_count(issue.body), title=title,
+        summary=_first_sentence(issue.body) or title[:SUMMARY_MAX_CHARS],
+        text=header + ("\n\n" + _body_head(issue.body) if issue.body.strip() else ""),
+        locator=f"{file_path} > {issue.key}", **common).finalize()
+    out.chunks.append(parent)
+    out.nodes.append(GraphNode(
+        node_id=node_id, label="Issue", name=issue.display, qualified_name=issue.key, source_id=source_id,
+        file_path=file_path, start_line=1, end_line=_line_count(issue.body), chunk_id=parent.chunk_id,
+        content_hash=parent.content_hash, properties=json.dumps({
+            "key": issue.key, "number": issue.number, "title": issue.title, "state": issue.state,
+            "labels": issue.labels, "author": issue.author, "created_at": issue.created_at,
+            "updated_at": issue.updated_at, "closed_at": issue.closed_at, "url": issue.url,
+            "is_pull_request": issue.is_pull_request, "issue_type": issue.issue_type,
+            "comments": len(issue.comments)}, sort_keys=True)))
+    return _IssueParts(source_id, file_path, export_format, issue, max_tokens, out, references, node_id, title,
+                       header, parent, common)
+
+
+def _add_children(parts: _IssueParts, body: str, kind: str, ident: tuple, where: str, summary_lead: str,
+                  context: str) -> None:
+    """The passages (child chunks) of an issue's body or of one comment, with their CONTAINS
+    relations, code references and the issue keys they name."""
+    source_id, file_path, issue, header, out = parts.source_id, parts.file_path, parts.issue, parts.header, parts.out
+    passages, refs, first_of = _passages(source_id, file_path, body, parts.max_tokens)
+    if not passages and kind == "issue_body":  # no body: the title is the issue's text
+        passages = [(header, 1, 1, "")]
+    mine: dict[str, Chunk] = {}
+    for idx, (ptext, first, last, docs_id) in enumerate(passages):
+        sentence = "" if ptext == header else _first_sentence(ptext)
+        child = Chunk(
+            chunk_id=stable_id(source_id, file_path, kind, issue.key, *ident, idx), parent_id=parts.parent.chunk_id,
+            role="child", chunk_type=kind, start_line=first, end_line=last, title=parts.title,
+            summary=(summary_lead + sentence if summary_lead else sentence or parts.title)[:SUMMARY_MAX_CHARS],
+            text=ptext, locator=f"{file_path} > {issue.key}{where}:{first}-{last}",
+            embed_text=f"{context}\n\n{ptext}" if ptext != header else "", **parts.common).finalize()
+        out.chunks.append(child)
+        mine[docs_id] = child
+        out.relations.append(GraphRelation(
+            stable_id("CONTAINS", parts.node_id, f"chunk:{child.chunk_id}"), "CONTAINS", parts.node_id,
+            f"chunk:{child.chunk_id}", "VERIFIED", [], file_path, first, last, child.content_hash,
+            f"{issue.key}{where}"[:200], source_id))
+        out.references.extend(_file_refs(ptext, first, child.chunk_id, file_path))
+        for target, offset, matched in _issue_refs(parts.export_format, issue, ptext):
+            n, line_text = _line_at(ptext, offset)
+            parts.references.append((issue, target, child, first + n, line_text, matched))
+    for ref in refs:
+        child = mine.get(first_of.get(ref.chunk_id, ""))
+        if child is not None:
+            ref.chunk_id, ref.file_path = child.chunk_id, file_path
+            out.references.append(ref)
+
+
+def _add_issue_references(source_id: str, file_path: str, export: IssueExport, references: list,
+                          out: ParsedFile) -> None:
+    """One REFERENCES relation per pair of issues of the export where one names the other."""
+    by_key = {i.key.lower(): i for i in export.issues}
     seen: set[str] = set()
     for issue, target, chunk, line, line_text, matched in references:
         dst = by_key.get(target.lower())
@@ -720,4 +756,3 @@ def chunk_issue_export(source_id: str, file_path: str, text: str, max_tokens: in
         out.relations.append(GraphRelation(
             rel_id, "REFERENCES", src_id, dst_id, "VERIFIED", [], file_path, line, line,
             chunk.content_hash, (line_text or matched)[:200], source_id))
-    return out
