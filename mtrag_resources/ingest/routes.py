@@ -310,13 +310,41 @@ def compose_endpoints(facts: list[dict], aliases: dict[str, dict[str, str]]) -> 
     routers resolved through `aliases` (module -> local name -> the dotted name it binds, as the
     code graph's resolver holds them), prefixes composed along the mounts. Each endpoint is its
     route fact plus `method`, `path` (full) and `name` (`METHOD /path`), sorted by name, file, line."""
-    routers = {_router_key(f["module_qn"], f["scope"], f["name"]): f for f in facts if f["fact"] == "router"}
+    mounts = _Mounts(facts, aliases)
+    endpoints = []
+    for f in facts:
+        if f["fact"] != "route":
+            continue
+        for prefix in mounts.prefixes(mounts.router_of(f["module_qn"], f["router"], f["scope"])):
+            path = join_path(prefix, f["path"])
+            for method in f["methods"]:
+                endpoints.append({**f, "method": method, "path": path, "name": f"{method} {path}"})
+    endpoints.sort(key=lambda e: (e["name"], e.get("file_path", ""), e["line"], e["handler"]))
+    return endpoints
 
-    def router_of(module: str, expr: str, scope: str) -> str | None:
+
+class _Mounts:
+    """A source's routers and what mounts each one where: the prefixes its routes are served under."""
+
+    def __init__(self, facts: list[dict], aliases: dict[str, dict[str, str]]):
+        self.aliases = aliases
+        self.routers = {_router_key(f["module_qn"], f["scope"], f["name"]): f for f in facts if f["fact"] == "router"}
+        self.incoming: dict[str, list[tuple[str | None, dict]]] = {}
+        for f in facts:
+            if f["fact"] != "mount":
+                continue
+            child = self.urls_module(f["child_module"]) if f["child_module"] else \
+                self.router_of(f["module_qn"], f["child"], f["scope"])
+            if child is not None:
+                self.incoming.setdefault(child, []).append((self.router_of(f["module_qn"], f["parent"], f["scope"]), f))
+        self._memo: dict[str, list[str]] = {}
+
+    def router_of(self, module: str, expr: str, scope: str) -> str | None:
         """The router an expression names where it is written: a name of the function it is in
         (an app factory's `app`), of its module, or one the module imports."""
         if not expr:
             return None
+        aliases, routers = self.aliases, self.routers
         head, _, rest = expr.partition(".")
         candidates = [_router_key(module, scope, expr)] if scope else []
         candidates.append(f"{module}.{expr}")
@@ -336,33 +364,23 @@ def compose_endpoints(facts: list[dict], aliases: dict[str, dict[str, str]]) -> 
                     break
         return None
 
-    def urls_module(module: str) -> str | None:
+    def urls_module(self, module: str) -> str | None:
         """A Django include string: the pattern list of the module it names (an exact module
         name, else the one module whose name ends with it: the project folder may lead)."""
         exact = f"{module}.urlpatterns"
-        if exact in routers:
+        if exact in self.routers:
             return exact
-        found = sorted(n for n in routers if n.endswith(f".{module}.urlpatterns"))
+        found = sorted(n for n in self.routers if n.endswith(f".{module}.urlpatterns"))
         return found[0] if len(found) == 1 else None
 
-    incoming: dict[str, list[tuple[str | None, dict]]] = {}
-    for f in facts:
-        if f["fact"] != "mount":
-            continue
-        child = urls_module(f["child_module"]) if f["child_module"] else \
-            router_of(f["module_qn"], f["child"], f["scope"])
-        if child is not None:
-            incoming.setdefault(child, []).append((router_of(f["module_qn"], f["parent"], f["scope"]), f))
-
-    memo: dict[str, list[str]] = {}
-
-    def prefixes(name: str | None, active: frozenset = frozenset()) -> list[str]:
+    def prefixes(self, name: str | None, active: frozenset = frozenset()) -> list[str]:
+        """The path prefixes router `name` is mounted under (`active`: the mounts being followed)."""
         if name is None:
             return [""]
-        if name in memo:
-            return memo[name]
-        own = routers[name]["prefix"]
-        mounts = [(p, m) for p, m in incoming.get(name, []) if p not in active and p != name]
+        if name in self._memo:
+            return self._memo[name]
+        own = self.routers[name]["prefix"]
+        mounts = [(p, m) for p, m in self.incoming.get(name, []) if p not in active and p != name]
         if not mounts:
             out = [own]
         else:
@@ -372,19 +390,8 @@ def compose_endpoints(facts: list[dict], aliases: dict[str, dict[str, str]]) -> 
                     local = m["prefix"] if m["prefix"] is not None else own
                 else:
                     local = join_path(m["prefix"] or "", own) if (m["prefix"] or own) else ""
-                out += [join_path(p, local) if (p or local) else "" for p in prefixes(parent, active | {name})]
+                out += [join_path(p, local) if (p or local) else "" for p in self.prefixes(parent, active | {name})]
         out = list(dict.fromkeys(out))[:_MAX_PREFIXES]
         if not active:
-            memo[name] = out
+            self._memo[name] = out
         return out
-
-    endpoints = []
-    for f in facts:
-        if f["fact"] != "route":
-            continue
-        for prefix in prefixes(router_of(f["module_qn"], f["router"], f["scope"])):
-            path = join_path(prefix, f["path"])
-            for method in f["methods"]:
-                endpoints.append({**f, "method": method, "path": path, "name": f"{method} {path}"})
-    endpoints.sort(key=lambda e: (e["name"], e.get("file_path", ""), e["line"], e["handler"]))
-    return endpoints
