@@ -163,17 +163,11 @@ def child_texts(home: Path, sources: list[str]) -> list[str]:
     return texts
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(REPO / "bench/out/build.json"))
-    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
-    ap.add_argument("--reuse", action="store_true",
-                    help="keep --work's corpus and its built home (skip the full build; to debug later steps)")
-    args = ap.parse_args()
-    work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
+def bench_corpus(work: Path, fresh: bool) -> tuple[Path, Path, list[str]]:
+    """(corpus, sources file, source ids) of the click + flask bench corpus under `work`; `fresh`
+    wipes `work` and copies the pinned sdists' src and docs again."""
     corpus = work / "corpus"
-    reuse = args.reuse and (work / "home" / "08-manifest" / "CURRENT").exists()
-    if not reuse:
+    if fresh:
         wipe_work(work)
         work.mkdir(parents=True)
         for req, name in (("click==8.5.1", "click"), ("flask==3.1.3", "flask")):
@@ -187,7 +181,19 @@ def main() -> None:
         f"  - {{id: click-docs, kind: docs, path: {corpus / 'click'}, include: ['docs/**/*.md', 'docs/**/*.rst']}}\n"
         f"  - {{id: flask, kind: code, path: {corpus / 'flask'}, include: ['src/**/*.py']}}\n"
         f"  - {{id: flask-docs, kind: docs, path: {corpus / 'flask'}, include: ['docs/**/*.rst', 'docs/**/*.md']}}\n")
-    ids = ["click", "click-docs", "flask", "flask-docs"]
+    return corpus, sources, ["click", "click-docs", "flask", "flask-docs"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(REPO / "bench/out/build.json"))
+    ap.add_argument("--work", default=str(REPO / "bench/out/build-work"))
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep --work's corpus and its built home (skip the full build; to debug later steps)")
+    args = ap.parse_args()
+    work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
+    reuse = args.reuse and (work / "home" / "08-manifest" / "CURRENT").exists()
+    corpus, sources, ids = bench_corpus(work, fresh=not reuse)
     home = work / "home"
     env = mtrag_env(home, sources)
     result: dict = {}
