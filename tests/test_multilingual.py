@@ -59,6 +59,7 @@ def test_chinese_question_finds_its_paragraph_through_the_multilingual_channel(c
 
     manifest = load_current(Settings.from_env().manifest_dir)
     assert manifest["multilingual"]["model_id"] == "intfloat/multilingual-e5-small"
+    assert manifest["sources"]["zh"]["counts"]["multilingual"] > 0  # where an English question looks too
     assert manifest["stores"]["qdrant_collections"]["docs_ml"] == "mtrag_docs_ml"
 
     reader = IndexReader(home=str(cjk_home["home"]), log_proposals=False)
@@ -78,6 +79,25 @@ def test_chinese_question_finds_its_paragraph_through_the_multilingual_channel(c
         assert any(TARGET in h["text"] for h in english["hits"]), [h["text"][:40] for h in english["hits"]]
     finally:
         reader.close()
+
+
+@pytest.mark.unit
+def test_an_english_question_skips_the_multilingual_embedding_where_it_holds_no_prose():
+    """An English question embeds itself a second time (the multilingual model) only where the
+    multilingual collections hold Chinese docs or issues of what it reads; a Chinese code chunk
+    is in the default collection too. A Chinese question always searches them."""
+    from mtrag_resources.serving.query_flow import _multilingual_answers
+    sources = {"app": {"kind": "code", "counts": {"multilingual": 40}},
+               "guide": {"kind": "docs", "counts": {"multilingual": 0}},
+               "zh": {"kind": "docs", "counts": {"multilingual": 12}},
+               "old": {"kind": "issues", "counts": {}}}  # written before the count: searched as before
+    manifest = {"sources": sources}
+    assert _multilingual_answers(manifest, "how are retries configured", None, None)
+    assert not _multilingual_answers(manifest, "how are retries configured", "code", None)
+    assert not _multilingual_answers(manifest, "how are retries configured", None, {"app", "guide"})
+    assert _multilingual_answers(manifest, "how are retries configured", "docs", {"zh"})
+    assert _multilingual_answers(manifest, "how are retries configured", "issues", None)
+    assert _multilingual_answers(manifest, "重试是怎么配置的", "code", {"app"})
 
 
 @pytest.mark.integration

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mtrag_resources.core.scripts import is_cjk_query
 from mtrag_resources.publish import gate
 from mtrag_resources.serving import channels as channels_
 from mtrag_resources.serving.bridge import code_named, doc_to_code_bridge, docs_default_role, log_proposals
@@ -56,7 +57,7 @@ def answer(core: ReaderCore, text: str, k: int, kind: str | None, mode: str, sco
     multilingual, space_stale = core.embedders.multilingual_channel(loaded.manifest)
     if "dense" in MODES[mode] or mode == "bundles":
         embedding = core.side_pool.submit(core.embedders.embed, english or text, loaded.manifest["embedder"])
-        if multilingual:
+        if multilingual and _multilingual_answers(loaded.manifest, text, kind, scope):
             ml_embedding = core.side_pool.submit(core.embedders.embed_multilingual, text)
     local = local_markers(loaded)
     state = gate_from(loaded, local, "graph markers not read yet")  # qdrant and fts verdicts only
@@ -122,6 +123,18 @@ def _query_code(loaded: Generations, text: str, state: gate.GateState, lookups: 
                        docs_default_role(loaded.manifest, scope), channels_.MAX_QUERY_IDENTIFIERS)
     rows = loaded.fts.get_chunks([c for c, _ in found]) if found else {}
     return [dict(rows[c], matched_text=matched) for c, matched in found if c in rows]
+
+
+def _multilingual_answers(manifest: dict, text: str, kind: str | None, scope: set[str] | None) -> bool:
+    """Whether the multilingual collections may answer: always a Chinese question; an English one
+    only where they hold Chinese prose (docs, issues) of the sources and kind it reads. A Chinese
+    code chunk is in the default collection too, where an English question finds it. A manifest
+    that does not count them (written before the count) is searched as before."""
+    if is_cjk_query(text):
+        return True
+    read = [e for s, e in manifest["sources"].items() if (scope is None or s in scope)
+            and (kind is None or e["kind"] == kind) and e["kind"] != "code"]
+    return any(e.get("counts", {}).get("multilingual", 1) for e in read)
 
 
 def _honesty(text: str, hits: list[dict], exact_found: list[dict],

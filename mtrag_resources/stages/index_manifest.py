@@ -214,7 +214,9 @@ def _source_entry(settings: Settings, spec: SourceSpec, view) -> dict:
         # as its build read the pages (serving/bridge.py)
         **({"default_role": state["default_role"]} if state.get("default_role") else {}),
         "counts": {"chunks": sum(roles.values()), "children": roles.get("child", 0),
-                   "parents": roles.get("parent", 0), "files": len(inv.included) if inv else 0},
+                   "parents": roles.get("parent", 0), "files": len(inv.included) if inv else 0,
+                   # the CJK children in the multilingual collection: where a query may find them
+                   **({"multilingual": view.qdrant_ml_points} if view.qdrant_ml_points is not None else {})},
         "stores": {name: {"generation": m.generation, "state": m.state} for name, m in view.markers.items()},
     }
 
