@@ -20,6 +20,8 @@ CONTAINER_TYPES = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict"
                              "WeakValueDictionary", "WeakKeyDictionary", "WeakSet"})
 
 KNOWN = frozenset({
+    # the process-wide holder of the current session: the handles it points at the next session
+    "mtrag_resources.core.session:_handles",
     "mtrag_resources.core.real_paths:_DIRS",
     "mtrag_resources.embedding.model_files:_HASH_MEMO",
     "mtrag_resources.ingest.code_graph:_COUNTS",
@@ -52,13 +54,6 @@ KNOWN = frozenset({
     "mtrag_resources.stores.neo4j_server:_BOOTING",
     "mtrag_resources.stores.neo4j_server:_RUNNING",
     "mtrag_resources.stores.qdrant_folder:_HELD_IN_THIS_PROCESS",
-    "mtrag_resources.stores.tables:_ARROW",
-    "mtrag_resources.stores.tables:_CHANGES",
-    "mtrag_resources.stores.tables:_DECODED",
-    "mtrag_resources.stores.tables:_GROUPS",
-    "mtrag_resources.stores.tables:_NAMES",
-    "mtrag_resources.stores.tables:_SCHEMAS",
-    "mtrag_resources.stores.tables:_WHERE",
     "mtrag_assets.fast_lane:_CALLABLES",
     "mtrag_assets.fast_lane:_EPHEMERAL",
     "mtrag_assets.fast_lane:_INSTANCES",

@@ -12,12 +12,12 @@ import operator
 import os
 import tempfile
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, TypeVar
 
 from mtrag_resources.core.arrow import pa, pc, pq, read_parquet_file
 from mtrag_resources.core.real_paths import resolved_name
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.stores import bucketed
 from mtrag_resources.stores.bucketed import Bucketing
 
@@ -162,20 +162,18 @@ def read_table(path: Path, columns: list[str] | None = None, filters=None,
 
 # Schemas by file identity: the store stages compare the columns of each table they diff with its
 # projected snapshot's (table_delta.same_columns), each a file footer read. A new version of a table is a new identity.
-_SCHEMAS: dict[tuple, pa.Schema] = {}
 _SCHEMAS_MAX = 512
+_SCHEMAS = session_cache("tables.schemas", max_entries=_SCHEMAS_MAX)
 
 
 # Column names by file identity, from the write or a schema read: the delta's check that a table
 # has its snapshot's columns (ProjectedTables.base_for) needs no footer of a version just written.
-_NAMES: dict[tuple, list[str]] = {}
+_NAMES = session_cache("tables.column_names", max_entries=_SCHEMAS_MAX)
 
 
 def _remember_names(path: Path, names: list[str]) -> None:
     key = _identity(path)
     if key is not None:
-        if len(_NAMES) >= _SCHEMAS_MAX:
-            _NAMES.clear()
         _NAMES[key] = list(names)
 
 
@@ -194,8 +192,6 @@ def read_schema(path: Path) -> pa.Schema:
         return found
     schema = bucketed.read_schema(path) if bucketed.is_bucketed(path) else pq.read_schema(path)
     if key is not None and _identity(path) == key:  # not replaced meanwhile
-        if len(_SCHEMAS) >= _SCHEMAS_MAX:
-            _SCHEMAS.clear()
         _SCHEMAS[key] = schema
     return schema
 
@@ -217,10 +213,10 @@ def commit_file(path: Path) -> Path:
 # forgets the path when it writes it), so an entry is not stale. The stages and checks of one build
 # (and every batch of `mtrag watch`) read the same chunk table up to eight times, and decoding it
 # is not cheap. Bounded by rows, so that a build's memory does not grow with every
-# table it touched.
-_DECODED: "OrderedDict[tuple, list]" = OrderedDict()
-_DECODED_LOCK = threading.Lock()
+# table it touched (the entry bound is never the one reached first).
 DECODED_MAX_ROWS = 500_000  # django: ~145k records and ~115k instances per build
+_DECODED = session_cache("tables.decoded", max_entries=4096)
+_DECODED_LOCK = threading.Lock()
 
 
 def _identity(path: Path) -> tuple | None:
@@ -237,9 +233,8 @@ def _decoded(path: Path, form: type | None = None) -> list | None:
         return None
     key += (form,)
     with _DECODED_LOCK:
-        found = _DECODED.get(key)
+        found = _DECODED.get(key)  # a hit is the most recently used
         if found is not None:
-            _DECODED.move_to_end(key)
             return found
     if form is None:
         found = held_table(path).to_pylist()  # the Arrow table this process holds, if any: one read
@@ -406,7 +401,7 @@ def rows_where(path: Path, row_type: type[T], column: str, values: Iterable[str]
 
 
 # rows_where's last answer from held rows per (file, row type, column, values): (those rows, it).
-_WHERE: dict[tuple, tuple[list, list]] = {}
+_WHERE = session_cache("tables.rows_where", max_entries=1024)
 
 
 def _held_where(path: Path, held: list, row_type: type, column: str, wanted: set) -> list:
@@ -500,12 +495,13 @@ class RowChanges:
 
 
 # The Arrow table of the last write_rows_changed per file, by file identity: the next write merges
-# into it instead of reading the file back.
-_ARROW: dict[str, tuple[tuple, pa.Table]] = {}
+# into it instead of reading the file back. Bounded by tables, past the tables of a large project.
+_ARROW = session_cache("tables.arrow", max_entries=1024)
 # Per file, write_rows_changed's last merge: (the rows before, the rows after, the change, the key
 # column), for rows_where to bring its answer for the rows before up to date; and the next write's
-# previous rows are usually those rows after, known unique and in key order.
-_CHANGES: dict[str, tuple[list, list, "RowChanges", str]] = {}
+# previous rows are usually those rows after, known unique and in key order. Evicted, the next
+# write checks its rows again.
+_CHANGES = session_cache("tables.row_changes", max_entries=1024)
 # A merged table is slices of the ones before it: combined into one chunk per column past this many.
 _MAX_CHUNKS = 64
 # A change of more rows than this is merged by a filter and a sort (copies) rather than by slices.
@@ -549,7 +545,7 @@ def write_rows_changed(path: Path, rows: list, row_type: type, pk: str,
 
 
 # Per table write_row_groups wrote: (its identity, the group lists it wrote, their Arrow table).
-_GROUPS: dict[str, tuple[tuple, list[list], pa.Table]] = {}
+_GROUPS = session_cache("tables.row_groups", max_entries=1024)
 
 
 def write_row_groups(path: Path, groups: list[list], row_type: type) -> int:
