@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from mtrag_resources.core.models import GraphNode, GraphRelation, ParsedFile, stable_id
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.ingest.routes import compose_endpoints
 
 _SYMBOL_LABELS = ("Module", "Class", "Function", "Method")
@@ -23,19 +24,22 @@ _PY_BUILTINS = set(dir(builtins))
 # An unknown receiver matching more methods than this says nothing about the target.
 _MAX_NAME_CANDIDATES = 5
 _MAX_HOPS = 64  # re-export / star-import hops followed for one name
+# The memos below are per source, in the session: one evicted costs that source a resolution from
+# scratch, so the bound is past the sources a project has.
+_MAX_SOURCES = 256
 
 
 # The last resolution's edges per source: rel_id -> (fact, targets, verified, edge). Where a fact
 # (the same object: the facts of an unchanged file are cas_chunks' memo) resolves as it did, its
 # edge is the same object as before, so the graph stage's change log (stores/table_changes.py)
 # finds it unchanged by identity; comparing 31k edges by value took ~0.1 s at django's size.
-_LAST_EDGES: dict[str, dict[str, tuple]] = {}
+_LAST_EDGES = session_cache("code_graph.last_edges", max_entries=_MAX_SOURCES)
 # The last resolution's edge ids per source: (rel_type, src_id, dst_id) -> rel_id. An id is a
 # sha256 (stable_id, ~1.5 us); django's 28.7k call facts hashed ~45 ms of every watch batch.
-_LAST_IDS: dict[str, dict[tuple, str]] = {}
+_LAST_IDS = session_cache("code_graph.last_edge_ids", max_entries=_MAX_SOURCES)
 # The last resolution's resolver and call results per source (resolve_code_graph, `reuse`): a call
 # whose reads of the symbol tables did not change resolves as before.
-_LAST_CALLS: dict[str, tuple["_Resolver", dict[tuple, tuple[list[str], bool, frozenset]]]] = {}
+_LAST_CALLS = session_cache("code_graph.last_calls", max_entries=_MAX_SOURCES)
 _KEEP_RESOLUTIONS = False  # keep_resolutions()
 
 
@@ -57,14 +61,14 @@ class _FileCalls:
 
 
 # The last resolution's calls per source and file (by the ParsedFile's id; the object is held).
-_LAST_FILES: dict[str, dict[int, _FileCalls]] = {}
+_LAST_FILES = session_cache("code_graph.last_file_calls", max_entries=_MAX_SOURCES)
 # ... and its imports (a _FileCalls of the file's import facts: no call results).
-_LAST_IMPORTS: dict[str, dict[int, _FileCalls]] = {}
+_LAST_IMPORTS = session_cache("code_graph.last_file_imports", max_entries=_MAX_SOURCES)
 # ... and its resolver's tables per file (_FileTables).
-_LAST_TABLES: dict[str, dict[int, "_FileTables"]] = {}
+_LAST_TABLES = session_cache("code_graph.last_file_tables", max_entries=_MAX_SOURCES)
 # Per source, the last resolution's distinct calls resolved and those it took from the one before
 # (resolution_counts: the graph stage's metadata shows whether the reuse works).
-_COUNTS: dict[str, dict[str, int]] = {}
+_COUNTS = session_cache("code_graph.resolution_counts", max_entries=_MAX_SOURCES)
 
 
 @dataclass
