@@ -12,8 +12,8 @@ import os
 import threading
 from pathlib import Path
 
-_DIRS: dict[tuple[str, int, int], str] = {}
-_DIRS_MAX = 4096  # a build touches a few hundred directories
+from mtrag_resources.core.session import session_cache
+_DIRS = session_cache("real_paths.dirs", max_entries=4096)  # a build touches a few hundred directories
 _LOCK = threading.Lock()
 
 
@@ -34,8 +34,6 @@ def resolved_name(path: str | os.PathLike) -> str:
     if real_parent is None:
         real_parent = os.path.realpath(parent)
         with _LOCK:
-            if len(_DIRS) >= _DIRS_MAX:
-                _DIRS.clear()
             _DIRS[key] = real_parent
     full = os.path.join(real_parent, leaf)
     return os.path.realpath(full) if os.path.islink(full) else full

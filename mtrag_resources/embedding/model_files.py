@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from mtrag_resources.core.config import env
+from mtrag_resources.core.session import session_cache
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -63,7 +64,7 @@ def model_id_for(model: str) -> str:
 # Weight hashing, cached by (path, mtime, size) so a rebuild does not re-read the weights
 
 
-_HASH_MEMO: dict[str, str] = {}
+_HASH_MEMO = session_cache("model_files.weight_hashes", max_entries=1024)
 _HASH_LOCK = threading.Lock()
 
 

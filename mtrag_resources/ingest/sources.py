@@ -27,6 +27,7 @@ import yaml
 from mtrag_resources.core.errors import ConfigError
 from mtrag_resources.core.models import SOURCE_KINDS
 from mtrag_resources.core.real_paths import resolved_name
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.ingest.chunking.limits import DEFAULT_MAX_FILE_CHUNKS, DEFAULT_MAX_ISSUES
 
 SOURCE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -137,7 +138,7 @@ class SourceSpec:
 # Parsed sources files by path and content: every asset and check of a build or watch batch asks
 # for its spec (~3 ms of YAML each, 14 times a batch); reading the small file again is not the
 # cost. The specs are frozen.
-_PARSED: dict[tuple, list[SourceSpec]] = {}
+_PARSED = session_cache("sources.parsed", max_entries=4)  # one sources file in use at a time, a few in tests
 
 
 def load_sources(path: Path) -> list[SourceSpec]:
@@ -150,7 +151,6 @@ def load_sources(path: Path) -> list[SourceSpec]:
         return list(_PARSED[key])
     specs = _load_sources(path)
     if key is not None:
-        _PARSED.clear()  # one sources file in use at a time; an edited one replaces the entry
         _PARSED[key] = specs
     return list(specs)
 

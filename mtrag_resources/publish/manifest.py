@@ -12,6 +12,7 @@ from mtrag_resources.core.errors import PublishError
 from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.core.faults import fault_point
 from mtrag_resources.core.layout import current_path, manifest_path
+from mtrag_resources.core.session import session_cache
 
 MANIFEST_RE = re.compile(r"^manifest-(\d+)\.json$")
 
@@ -46,7 +47,8 @@ def latest_number(manifest_dir: Path) -> int:
     return number
 
 
-_LATEST: dict[str, int] = {}  # manifest folder -> the highest number latest_number found there
+# manifest folder -> the highest number latest_number found there (evicted: the folder is listed again)
+_LATEST = session_cache("manifest.latest_number", max_entries=256)
 
 
 def publish(manifest_dir: Path, manifest: dict) -> Path:

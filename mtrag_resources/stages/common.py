@@ -10,6 +10,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.core.versions import CODE_VERSIONS
 from mtrag_resources.stores.table_delta import ProjectedTables
 
@@ -59,7 +60,7 @@ def chunk_set_generation(chunk_rows: list[dict], source_id: str | None = None) -
 
 
 # Per source, each chunk row's part of the generation digest, by the row (held: its id is not reused).
-_ROW_LINES: dict[str, dict[int, tuple[dict, bytes]]] = {}
+_ROW_LINES = session_cache("common.generation_row_lines", max_entries=256)
 
 
 def _row_line(r: dict) -> bytes:

@@ -18,12 +18,13 @@ from mtrag_resources.ingest.pdf import ENCRYPTED, is_pdf_skip
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.stages.common import StageResult, timed
 from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.core.session import session_cache
 
 
 # Per source, the paths (relative to its root) a watcher saw change, for the batch that is applying
 # them (changed_paths): that batch's raw stage reads only those again, not the whole folder (a
-# walk and a stat per file, every watch batch).
-_CHANGED: dict[str, set[str]] = {}
+# walk and a stat per file, every watch batch). One lost makes that batch walk the folder.
+_CHANGED = session_cache("raw_source.changed_paths", max_entries=256)
 
 
 @contextmanager
