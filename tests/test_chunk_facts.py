@@ -54,7 +54,7 @@ def test_the_checks_derive_each_rows_list_once_and_a_new_list_again():
     assert check_parents("src", row_facts(fixed)).passed
     assert row_facts(fixed).children == 2 and row_facts(fixed).vector_hashes == ["h2", "h3"]
     assert row_facts(rows).dangling == ["c2"]
-    assert len(checks._ROW_FACTS) <= checks._ROW_FACTS_MAX
+    assert len(checks._ROW_FACTS) <= checks._ROW_FACTS.max_entries
 
 
 _ids = st.sampled_from(["a", "b", "c", "d", "e", "f"])

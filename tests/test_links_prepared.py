@@ -94,4 +94,4 @@ def test_a_one_shot_process_prepares_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(cross_source_links, "_KEEP_RESOLUTIONS", False)
     settings, specs = _home(tmp_path)
     assert not cross_source_links.prepare_links(settings, specs)
-    assert cross_source_links._PREPARED == []
+    assert len(cross_source_links._PREPARED) == 0

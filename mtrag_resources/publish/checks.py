@@ -3,11 +3,11 @@ generation, and that Dagster shows as blocking asset checks."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from mtrag_resources.core.arrow import pa, pc
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.stores.embedding_cache import EmbeddingCache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.core.layout import SourceLayout, read_state
@@ -101,8 +101,7 @@ def check_source(settings: Settings, spec: SourceSpec, view: StoreView, fingerpr
 # By rows list (the list is held, so its id is not reused): the stages' shared rows are one list
 # until the table changes, and a watch batch's asset checks and publish gate read each source's
 # rows four times (docs/performance.md#publishing).
-_ROW_FACTS: "OrderedDict[int, tuple[list, RowFacts]]" = OrderedDict()
-_ROW_FACTS_MAX = 16
+_ROW_FACTS = session_cache("checks.row_facts", max_entries=16)
 _ROW_FACTS_LOCK = threading.Lock()
 
 
@@ -120,8 +119,6 @@ def row_facts(rows: list[dict]) -> RowFacts:
         dangling=[r["chunk_id"] for r in rows if r["parent_id"] and r["parent_id"] not in ids])
     with _ROW_FACTS_LOCK:
         _ROW_FACTS[id(rows)] = (rows, facts)
-        while len(_ROW_FACTS) > _ROW_FACTS_MAX:
-            _ROW_FACTS.popitem(last=False)
     return facts
 
 

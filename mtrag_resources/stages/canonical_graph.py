@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.ingest.code_graph import resolution_counts, resolve_code_graph
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation, ParsedFile, stable_id
 from mtrag_resources.ingest.sources import SourceSpec
@@ -46,8 +47,8 @@ class _FileGraph:
 # Per source, the last assembly's file parts by the ParsedFile's id (the object is held): a batch
 # builds the changed files' parts only, and an unchanged file's CONTAINS edge is the same object
 # as before (the graph table's change finds it by identity), instead of a step per node and
-# relation of every file.
-_FILE_GRAPHS: dict[str, dict[int, _FileGraph]] = {}
+# relation of every file. Evicted, a source's next assembly builds every part.
+_FILE_GRAPHS = session_cache("canonical_graph.file_graphs", max_entries=256)
 
 
 def _file_graph(source_node: GraphNode, source_id: str, parsed: ParsedFile, last: dict[int, _FileGraph]) -> _FileGraph:
@@ -114,7 +115,7 @@ def _file_import_rows(parsed: ParsedFile) -> list[dict]:
 
 
 # Per source, the import rows per file last written, with the table's identity after that write.
-_IMPORTS_WRITTEN: dict[str, tuple[list | None, list[list[dict]]]] = {}
+_IMPORTS_WRITTEN = session_cache("canonical_graph.imports_written", max_entries=256)
 
 
 def write_imports(layout: SourceLayout, source_id: str, parsed_files) -> list[dict]:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import posixpath
-from collections import Counter, OrderedDict
+from collections import Counter
 from operator import itemgetter
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from mtrag_resources.ingest.chunking.docs import chunk_doc
 from mtrag_resources.ingest.issues import IssueExportError, chunk_issue_export
 from mtrag_resources.ingest.chunking.pdf import chunk_pdf
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.core.models import Chunk, DocReference, GraphNode, GraphRelation, ParsedFile
 from mtrag_resources.ingest.chunking.limits import DEFAULT_MAX_FILE_CHUNKS, DEFAULT_MAX_ISSUES, cap_chunks, is_cut
 from mtrag_resources.ingest.sources import SourceSpec
@@ -100,8 +101,8 @@ def _default_roles(spec: SourceSpec, inventory, cas: ContentStore) -> dict[str, 
 
 
 # The facts index by its file's identity (path, inode, mtime, size): the graph and link stages of
-# every batch read the one the chunk stage just wrote. Read-only to the callers.
-_INDEX: dict[str, tuple[tuple, dict]] = {}
+# every batch read the one the chunk stage just wrote. Read-only to the callers. One per source.
+_INDEX = session_cache("cas_chunks.facts_index", max_entries=256)
 
 
 def _index_identity(path: str) -> tuple | None:
@@ -162,22 +163,18 @@ def _facts_folder(layout: SourceLayout) -> str:
 # source ids are the source's): the memo is per file, never per key. The graph and link stages of a
 # build (and every batch of `mtrag watch`) read every file's facts, and decoding them again each
 # time was slow. Read-only to the callers; bounded by entries.
-_FACTS: "OrderedDict[str, dict]" = OrderedDict()
 FACTS_MAX_ENTRIES = 20_000
+_FACTS = session_cache("cas_chunks.facts", max_entries=FACTS_MAX_ENTRIES)
 
 
 def _read_facts(layout: SourceLayout | str, key: str) -> dict:
     """`layout`: the source's layout or its facts folder (_facts_folder)."""
     path = name = _facts_file(layout, key)  # absolute; no resolve(): an lstat per part, every batch
-    parsed = _FACTS.get(name)
+    parsed = _FACTS.get(name)  # a hit is the most recently used
     if parsed is None:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             parsed = json.load(fh)
         _FACTS[name] = parsed
-        while len(_FACTS) > FACTS_MAX_ENTRIES:
-            _FACTS.popitem(last=False)
-    else:
-        _FACTS.move_to_end(name)
     return parsed
 
 
@@ -195,29 +192,25 @@ def load_facts(layout: SourceLayout) -> dict:
 
 # Graph facts as the graph stage's objects, by facts file, language and warnings (what a
 # ParsedFile holds beside the facts), not built again per watch batch. Shared with the graph stage and the tables it writes: read-only.
-_PARSED: "OrderedDict[tuple, ParsedFile]" = OrderedDict()
+_PARSED = session_cache("cas_chunks.parsed_files", max_entries=FACTS_MAX_ENTRIES)
 
 
 def load_parsed_files(layout: SourceLayout) -> list[tuple[str, ParsedFile]]:
     """Every file's graph facts as a ParsedFile (no chunks), in path order. The objects are shared
     with a memo (and with the graph tables written from them): read them, do not change them."""
-    out, folder = [], _facts_folder(layout)
+    out, folder, memo = [], _facts_folder(layout), _PARSED.mapping()  # one lookup per file: no handle
     for path, entry in sorted(_load_index(layout).items()):
         name = _facts_file(folder, entry["key"])
         memo_key = (name, entry.get("language", ""), tuple(entry["warnings"]))
-        parsed = _PARSED.get(memo_key)
+        parsed = memo.get(memo_key)  # a hit is the most recently used
         if parsed is None:
             doc = _read_facts(folder, entry["key"])
-            parsed = _PARSED[memo_key] = ParsedFile(
+            parsed = memo[memo_key] = ParsedFile(
                 nodes=[GraphNode(**n) for n in doc["nodes"]],
                 relations=[GraphRelation(**r) for r in doc["relations"]],
                 references=[DocReference(**r) for r in doc["references"]], imports=doc["imports"],
                 calls=doc["calls"], bases=doc["bases"], routes=doc.get("routes", []),
                 warnings=list(entry["warnings"]), language=entry.get("language", ""))
-            while len(_PARSED) > FACTS_MAX_ENTRIES:
-                _PARSED.popitem(last=False)
-        else:
-            _PARSED.move_to_end(memo_key)
         out.append((path, parsed))
     return out
 

@@ -12,6 +12,7 @@ from itertools import chain, compress, count
 from operator import attrgetter, is_, not_
 
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.ingest.doc_links import (INDEXED_LABELS, SymbolIndex, add_link, kept_resolutions, link_for,
                                               resolve_links, table_changes)
 from mtrag_resources.core.models import DocReference, GraphNode, GraphRelation
@@ -42,8 +43,9 @@ def _read_proposals(settings: Settings) -> list[dict]:
         return []
     stamp = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
     with _INDEX_MEMO_LOCK:
-        if _PROPOSALS and _PROPOSALS[0] == stamp:
-            return _PROPOSALS[1]
+        found = _PROPOSALS.get(stamp)
+        if found is not None:
+            return found
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -51,11 +53,11 @@ def _read_proposals(settings: Settings) -> list[dict]:
         except json.JSONDecodeError:
             continue  # a torn last line from a crashed writer is skipped, not fatal
     with _INDEX_MEMO_LOCK:
-        _PROPOSALS[:] = [stamp, out]
+        _PROPOSALS[stamp] = out
     return out
 
 
-_PROPOSALS: list = []  # [the log's stamp when read, its proposals]
+_PROPOSALS = session_cache("cross_source_links.proposals", max_entries=1)  # the log's stamp when read -> its proposals
 
 
 def build_index(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, dict[str, GraphNode]]:
@@ -74,12 +76,12 @@ def _nodes_by_id(settings: Settings, specs: list[SourceSpec], ids: set[str] | No
 # The last index built, with the resolutions made on it, kept while what it was built from is the
 # same: the sources' code entities, INHERITS relations and imports (compared by identity first:
 # read_shared gives an unchanged table's very objects). A watch batch that changed only docs then
-# resolves nothing again.
-_INDEX_MEMO: list = []
+# resolves nothing again. One entry, "last": (inputs, index, resolved, reads).
+_INDEX_MEMO = session_cache("cross_source_links.index", max_entries=1)
 _INDEX_MEMO_LOCK = threading.Lock()
 # What the last compute_links made of each docs file's references, for its sources (resolve_links'
-# `made`).
-_LINKS_MADE: dict[tuple, dict] = {}
+# `made`): one set of sources' links kept, what the next batch compares with.
+_LINKS_MADE = session_cache("cross_source_links.links_made", max_entries=1)
 
 
 def _index_inputs(settings: Settings, specs: list[SourceSpec]) -> list[tuple]:
@@ -103,9 +105,9 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
     Tokens are recorded only in a process that keeps resolutions (keep_link_resolutions)."""
     inputs = _index_inputs(settings, specs)
     with _INDEX_MEMO_LOCK:
-        if _INDEX_MEMO and _INDEX_MEMO[0] == inputs:
-            return _INDEX_MEMO[1], _INDEX_MEMO[2], _INDEX_MEMO[3]
-        last = list(_INDEX_MEMO)
+        last = _INDEX_MEMO.get("last")
+        if last is not None and last[0] == inputs:
+            return last[1], last[2], last[3]
     update = _index_updated(last[0], last[1], inputs) if last else None
     index, changed = update if update is not None else (_index_of(inputs), None)
     resolved: dict = {}
@@ -113,7 +115,7 @@ def _indexed(settings: Settings, specs: list[SourceSpec]) -> tuple[SymbolIndex, 
     if reads is not None and last and last[3] is not None:
         resolved, reads = kept_resolutions(last[1], index, last[2], last[3], changed)
     with _INDEX_MEMO_LOCK:
-        _INDEX_MEMO[:] = [inputs, index, resolved, reads]
+        _INDEX_MEMO["last"] = (inputs, index, resolved, reads)
     return index, resolved, reads
 
 
@@ -227,7 +229,6 @@ def _resolve_all(settings: Settings, specs: list[SourceSpec],
     kept = len(resolved)
     links, unresolved = resolve_links(index, references, resolved, evidence=chunk_hash, made=made, reads=reads)
     with _INDEX_MEMO_LOCK:
-        _LINKS_MADE.clear()  # one set of sources' links kept: what the next batch compares with
         _LINKS_MADE[tuple(s.id for s in specs)] = made
     links, proposals_used, proposal_ids = _with_proposals(settings, specs, links, chunk_hash, chunk_ids)
     # distinct references resolved by this run, and those taken from the last index's (the watch);
@@ -352,8 +353,8 @@ def _resolve_changed(settings: Settings, specs: list[SourceSpec],
 
 # The links a process that keeps resolutions (the fast lane) resolved ahead of its links stage,
 # beside the store writes that stage waits for (prepare_links): [what they were resolved from
-# (_reads_key), links, figures]. Taken once, by the next stage whose reads are the same.
-_PREPARED: list = []
+# (_reads_key), links, figures] under "last". Taken once, by the next stage whose reads are the same.
+_PREPARED = session_cache("cross_source_links.prepared", max_entries=1)
 
 
 def _reads_key(settings: Settings, specs: list[SourceSpec]) -> tuple | None:
@@ -385,13 +386,13 @@ def prepare_links(settings: Settings, specs: list[SourceSpec]) -> bool:
         return False
     links, stats, _state = _resolve_all(settings, specs)
     with _INDEX_MEMO_LOCK:
-        _PREPARED[:] = [key, links, stats]
+        _PREPARED["last"] = (key, links, stats)
     return True
 
 
 def _take_prepared(settings: Settings, specs: list[SourceSpec]) -> tuple[list[GraphRelation], dict, None] | None:
     with _INDEX_MEMO_LOCK:
-        prepared, _PREPARED[:] = list(_PREPARED), []
+        prepared = _PREPARED.pop("last", None)
     if not prepared or prepared[0] != _reads_key(settings, specs):
         return None
     return prepared[1], dict(prepared[2]), None

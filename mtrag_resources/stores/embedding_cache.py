@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 import numpy as np
 from mtrag_resources.core.arrow import pa, pq, read_parquet_file
 from mtrag_resources.core.real_paths import resolved_name
+from mtrag_resources.core.session import session_cache
 
 SHARD_GLOB = "shard-*.parquet"
 SMALL_SHARD_BYTES = 4 << 20  # a shard under this is merged with the other small ones ...
@@ -256,14 +257,14 @@ class _ShardHashes:
         return self.union
 
 
-_PRESENT: dict[str, _ShardHashes] = {}
+_PRESENT = session_cache("embedding_cache.shard_hashes", max_entries=64)  # per fingerprint folder
 _PRESENT_LOCK = threading.Lock()
 
 # The vectors this process added lately, per fingerprint folder (a hash's vector never changes):
 # the Qdrant stage right after the embedding stage wants exactly those (a watch batch's new
 # chunks), and a DuckDB scan of every shard for them costs a batch far more than a dict.
 RECENT_MAX = 4096
-_RECENT: dict[str, OrderedDict] = {}
+_RECENT = session_cache("embedding_cache.recent_vectors", max_entries=64)  # per fingerprint folder
 _RECENT_LOCK = threading.Lock()
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from mtrag_resources.core.faults import fault_point
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.stores import fts_query
 from mtrag_resources.stores.fts_query import (
     ALIAS_KIND_RANK,
@@ -128,7 +129,8 @@ def _code_segment(value: Any) -> str:
 
 
 # Per database file, (table, phrase) -> (rows that match it, when counted): FtsStore._rows_in.
-_DF_COUNTS: dict[str, dict[tuple[str, str | None], tuple[int, float]]] = {}
+# A store holds its file's dict: one evicted only stops being shared with the next store opened.
+_DF_COUNTS = session_cache("fts_store.df_counts", max_entries=64)
 
 
 class FtsStore:
