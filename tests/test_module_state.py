@@ -22,9 +22,6 @@ CONTAINER_TYPES = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict"
 KNOWN = frozenset({
     # the process-wide holder of the current session: the handles it points at the next session
     "mtrag_resources.core.session:_handles",
-    "mtrag_resources.stores.connect:_DRIVERS",
-    "mtrag_resources.stores.connect:_PARKED",
-    "mtrag_resources.stores.connect:_SCHEMA_CHECKED",
     "mtrag_resources.stores.neo4j_server:_BOOTING",
     "mtrag_resources.stores.neo4j_server:_RUNNING",
     "mtrag_resources.stores.qdrant_folder:_HELD_IN_THIS_PROCESS",

@@ -126,12 +126,6 @@ class SessionCache(MutableMapping):
         self.name, self.max_entries, self.on_evict = name, max_entries, on_evict
         self._map: BoundedCache | None = None
 
-    # a handle is one module's cache, not a value: the holder keeps a set of them
-    __hash__ = object.__hash__
-
-    def __eq__(self, other) -> bool:
-        return self is other
-
     def _bind(self, session: BuildSession | None) -> None:
         self._map = None if session is None else session.cache(self.name, self.max_entries, self.on_evict)
 
@@ -192,7 +186,7 @@ class SessionCache(MutableMapping):
 # The current session and the handles that follow it: the process-wide holder, the one documented
 # module-level state of the product code.
 _current: BuildSession | None = None
-_handles: "weakref.WeakSet[SessionCache]" = weakref.WeakSet()
+_handles: "weakref.WeakValueDictionary[int, SessionCache]" = weakref.WeakValueDictionary()  # by id
 _holder_lock = threading.RLock()
 
 
@@ -200,7 +194,7 @@ def _install(session: BuildSession | None) -> None:
     global _current
     with _holder_lock:
         _current = session
-        for handle in list(_handles):
+        for handle in list(_handles.values()):
             handle._bind(session)
 
 
@@ -230,6 +224,6 @@ def session_cache(name: str, max_entries: int, on_evict: Evicted | None = None) 
     """The handle of a module's cache `name` (made once, at import)."""
     handle = SessionCache(name, max_entries, on_evict)
     with _holder_lock:
-        _handles.add(handle)
+        _handles[id(handle)] = handle
         handle._bind(_current)
     return handle

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.processes import alive
+from mtrag_resources.core.session import session_cache
 
 # Embedded Qdrant reads every point into memory when it opens, and a
 # one-source build opened it eight times (its write, five checks, the gate, the snapshot). Inside
@@ -56,8 +57,9 @@ def open_qdrant(settings: Settings, path=None):
 # see docs/performance.md#qdrant), by folder, with when they were parked.
 # They hold the folder's writer lock: the watch closes one as soon as another process asks for the
 # lock (its waiting FolderLock touches a request file beside it), or once idle for long
-# (close_parked_qdrant).
-_PARKED: dict[str, tuple[object, float]] = {}
+# (close_parked_qdrant). In the session: its close, or an eviction past more folders than a process
+# opens, closes the store.
+_PARKED = session_cache("connect.parked_qdrant", max_entries=16, on_evict=lambda _key, held: held[0].close())
 _PARKED_LOCK = threading.Lock()
 
 
@@ -163,9 +165,11 @@ def forget_neo4j_schemas() -> None:
 # Neo4j stores kept open by this process (keep_neo4j_drivers: `mtrag watch`), by pid, server and
 # user: a watch batch opened Neo4j six times (the session's markers, two checks, the graph and
 # links stages, the gate), each a new driver, connection and authentication. A kept driver's pool
-# reconnects to a restarted server by itself.
-_DRIVERS: dict[tuple, object] = {}
-_SCHEMA_CHECKED: dict[tuple, int | None] = {}  # kept store -> the local server pid its schema was checked on
+# reconnects to a restarted server by itself. In the session: its close, or an eviction past more
+# servers than a process talks to, closes the store.
+_DRIVERS = session_cache("connect.neo4j_drivers", max_entries=16, on_evict=lambda _key, store: store.close())
+# kept store -> the local server pid its schema was checked on (evicted: checked again)
+_SCHEMA_CHECKED = session_cache("connect.neo4j_schema_checked", max_entries=16)
 _DRIVERS_LOCK = threading.Lock()
 _KEEP_DRIVERS = False
 
