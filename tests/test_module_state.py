@@ -23,7 +23,6 @@ KNOWN = frozenset({
     # the process-wide holder of the current session: the handles it points at the next session
     "mtrag_resources.core.session:_handles",
     "mtrag_resources.stores.neo4j_server:_BOOTING",
-    "mtrag_resources.stores.neo4j_server:_RUNNING",
     "mtrag_resources.stores.qdrant_folder:_HELD_IN_THIS_PROCESS",
     "mtrag_assets.fast_lane:_CALLABLES",
     "mtrag_assets.fast_lane:_EPHEMERAL",

@@ -25,6 +25,7 @@ from pathlib import Path
 from mtrag_resources.core.errors import StoreError
 from mtrag_resources.core.config import Settings, env
 from mtrag_resources.core.processes import alive, command_line
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.stores import neo4j_cds
 
 NEO4J_VERSION = "5.26.30"  # newest 5.26.x LTS on Maven Central when this was written; runs on Java 17/21
@@ -444,7 +445,8 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 # ------------------------------------------------------------------------------------ connection
 
-# server home -> (uri, process) this process launched and has not yet seen answer on Bolt
+# server home -> (uri, process) this process launched and has not yet seen answer on Bolt. Not in
+# the session: a child process to wait for is a fact of the process, not a cache.
 _BOOTING: dict[str, tuple[str, subprocess.Popen]] = {}
 _BOOTING_LOCK = threading.Lock()
 
@@ -466,8 +468,8 @@ def launch_local_server(settings: Settings) -> None:
 # URI). While the same pid file names a live process, a connection takes the URI without reading
 # the process's command line again (its state alone): a long-lived process (the watch) opens Neo4j
 # several times a batch, and each read, in a thread beside a busy one, waits for the GIL.
-# A restart writes a new pid file; a stop removes it.
-_RUNNING: dict[str, tuple[tuple, int, str]] = {}
+# A restart writes a new pid file; a stop removes it. Evicted: the next connection checks in full.
+_RUNNING = session_cache("neo4j_server.running", max_entries=16)
 _RUNNING_LOCK = threading.Lock()
 
 

@@ -110,6 +110,7 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
+# Not in the session: the folder locks this process holds are a fact of the process, not a cache.
 _HELD_IN_THIS_PROCESS: set[str] = set()
 
 
