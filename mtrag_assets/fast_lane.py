@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.ingest.sources import SourceSpec
 from mtrag_resources.publish.build_state import mark_dirty
 from mtrag_resources.stages.cross_source_links import prepare_links
@@ -74,7 +75,7 @@ def _checks_by_asset() -> dict[dg.AssetKey, list]:
     return out
 
 
-_EPHEMERAL: list = []
+_EPHEMERAL = session_cache("fast_lane.ephemeral_instance", max_entries=1)
 
 
 def _context(tags: dict, partition: str | None):
@@ -83,9 +84,10 @@ def _context(tags: dict, partition: str | None):
     than the batch's own work. It carries no resources: the asset or check gets the resource as
     its argument (`_invoke`), which a context that initialises them would slow (figures:
     docs/performance.md#the-fast-lane-and-the-watch)."""
-    if not _EPHEMERAL:
-        _EPHEMERAL.append(dg.DagsterInstance.ephemeral())
-    return dg.build_asset_context(partition_key=partition, run_tags=tags, instance=_EPHEMERAL[0])
+    instance = _EPHEMERAL.get("instance")
+    if instance is None:
+        instance = _EPHEMERAL["instance"] = dg.DagsterInstance.ephemeral()
+    return dg.build_asset_context(partition_key=partition, run_tags=tags, instance=instance)
 
 
 def _invoke(definition, resource: MtragResource, tags: dict, partition: str | None):
@@ -99,23 +101,25 @@ def _invoke(definition, resource: MtragResource, tags: dict, partition: str | No
     return call(_context(tags, partition), mtrag=resource, **kwargs)
 
 
-_CALLABLES: dict = {}
+_CALLABLES = session_cache("fast_lane.callables", max_entries=256)  # past the assets and checks
 
 
 def _callable(definition) -> tuple:
     """(the definition's decorated function, its config arguments at their defaults); Dagster's own
     invocation where a definition has no such function (another Dagster version's layout)."""
-    if definition not in _CALLABLES:
+    found = _CALLABLES.get(definition)
+    if found is None:
         fn = getattr(getattr(getattr(definition, "op", None), "compute_fn", None), "decorated_fn", None)
         if fn is None:
-            _CALLABLES[definition] = (definition, {})
+            found = (definition, {})
         else:
             params = inspect.signature(fn, eval_str=True).parameters  # checks.py's annotations are strings
             config = {name: param.annotation() for name, param in params.items()
                       if isinstance(param.annotation, type) and issubclass(param.annotation, dg.Config)
                       and not issubclass(param.annotation, dg.ConfigurableResource)}
-            _CALLABLES[definition] = (fn, config)
-    return _CALLABLES[definition]
+            found = (fn, config)
+        _CALLABLES[definition] = found
+    return found
 
 
 def warm_up(settings: Settings | None = None, source_ids: list[str] | None = None,
@@ -141,13 +145,15 @@ def warm_up(settings: Settings | None = None, source_ids: list[str] | None = Non
 # The stages of one source that may run at the same time: at most the three store writes. One pool
 # for the process, so its threads keep their thread-local DuckDB connections between batches.
 STAGE_WORKERS = 3
-_POOL: list[ThreadPoolExecutor] = []
+# In the session: its close shuts the pool down (threads already running finish their stage).
+_POOL = session_cache("fast_lane.stage_pool", max_entries=1, on_evict=lambda _key, pool: pool.shutdown(wait=False))
 
 
 def _stage_pool() -> ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(max_workers=STAGE_WORKERS, thread_name_prefix="mtrag-stage"))
-    return _POOL[0]
+    pool = _POOL.get("pool")
+    if pool is None:
+        pool = _POOL["pool"] = ThreadPoolExecutor(max_workers=STAGE_WORKERS, thread_name_prefix="mtrag-stage")
+    return pool
 
 
 def run_batch(settings: Settings, specs: list[SourceSpec], targets: list[str], log=print,
@@ -317,7 +323,7 @@ def record(settings: Settings, specs: list[SourceSpec], batch: Batch) -> int:
     return written
 
 
-_INSTANCES: dict = {}
+_INSTANCES = session_cache("fast_lane.instances", max_entries=16)  # by DAGSTER_HOME
 
 
 def _instance(settings: Settings) -> dg.DagsterInstance:
@@ -325,9 +331,10 @@ def _instance(settings: Settings) -> dg.DagsterInstance:
     batch, and making the instance (its storages, its dagster.yaml check) each time would add to
     each (docs/performance.md#the-fast-lane-and-the-watch)."""
     home = str(settings.dagster_home)
-    if home not in _INSTANCES:
-        _INSTANCES[home] = dagster_instance(settings)
-    return _INSTANCES[home]
+    instance = _INSTANCES.get(home)
+    if instance is None:
+        instance = _INSTANCES[home] = dagster_instance(settings)
+    return instance
 
 
 def _latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None):

@@ -48,6 +48,8 @@ def signals_seen() -> Iterator[Callable[[], int | None]]:
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Not in the build session: a signal pipe and what came through it belong to the process, and the
+# handler reaches them without a session.
 _READ_FD: list[int] = []  # the read end of the pipe while a `signals_seen` block runs
 _SEEN: list[int] = []     # the signal numbers read from it
 

@@ -6,6 +6,7 @@ from pydantic import PrivateAttr
 
 from mtrag_resources.core.config import Settings, env
 from mtrag_resources.core.real_paths import resolved
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder
 from mtrag_resources.ingest.sources import SourceSpec, load_sources
@@ -14,16 +15,17 @@ from mtrag_resources.serving.fusion import DEFAULT_WEIGHTS
 from mtrag_resources.serving.reader import IndexReader
 
 
-_EMBEDDERS: dict[tuple, Embedder] = {}
+_EMBEDDERS = session_cache("resources.embedders", max_entries=4)  # a process uses one model
 _MULTILINGUAL: MultilingualEmbedder | None = None
 
 
 def _embedder(config: EmbedderConfig) -> Embedder:
     # One model per process: the in-process executor of `mtrag build` reuses it across stages.
     key = tuple(sorted(config.__dict__.items()))
-    if key not in _EMBEDDERS:
-        _EMBEDDERS[key] = Embedder(config)
-    return _EMBEDDERS[key]
+    embedder = _EMBEDDERS.get(key)
+    if embedder is None:
+        embedder = _EMBEDDERS[key] = Embedder(config)
+    return embedder
 
 
 RESOURCE_FIELDS_BY_VARIABLE = {"MTRAG_HOME": "home", "MTRAG_SOURCES": "sources_file",

@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 
 from mtrag_resources.core import instance_file
+from mtrag_resources.core.session import session_cache
 from mtrag_resources.publish.build_state import (changed_sources, mark_dirty, publish_pending, source_lock,
                                                  source_problems)
 from mtrag_resources.core.config import Settings
@@ -75,11 +76,12 @@ def dagster_instance(settings: Settings, log=None) -> dg.DagsterInstance:
     def key() -> tuple:
         return (str(home), _file_identity(path), settings.dagster_pg_url,
                 *(_file_identity(home / folder) for folder in _SQLITE_FOLDERS))
-    if _INSTANCE[0] == key():
-        return _INSTANCE[1]
+    instance = _INSTANCE.get(key())
+    if instance is not None:
+        return instance
     instance = dg.DagsterInstance.get()
     reuse_sqlite_engines(instance)  # one kept connection per SQLite file (instance_engines.py)
-    _INSTANCE[:] = [key(), instance]  # after: the storages make their folders
+    _INSTANCE[key()] = instance  # after: the storages make their folders
     return instance
 
 
@@ -88,7 +90,7 @@ def dagster_instance(settings: Settings, log=None) -> dg.DagsterInstance:
 # home, and a new instance per build made its storages, their engines and SQLAlchemy's statement
 # caches anew (docs/performance.md#the-dagster-instance). A changed file or home makes a new one, and so
 # does a storage folder removed and made again (kept connections would write to deleted files).
-_INSTANCE: list = [None, None]
+_INSTANCE = session_cache("runner.instance", max_entries=1)  # what it was made from -> the instance
 _SQLITE_FOLDERS = ("history", "schedules")  # runs and event logs; schedules
 
 

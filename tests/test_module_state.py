@@ -1,8 +1,7 @@
 """Module-level state of the product code: the mutable containers at module level that functions
-fill (caches, registries, memos). The long-lived processes (watch, build server, `mtrag serve`)
-live on them, and nothing owns, bounds or invalidates them together (issue #55 asks for a build
-session that does). Until then this list is a ratchet: a new one fails here, and one removed must
-leave the list too, so it always names what remains."""
+fill. Caches and memos live in the build session (mtrag_resources/core/session.py), reached through
+`session_cache` handles, which this scan does not count; what remains is listed in KNOWN with why.
+A new one fails here, and one removed must leave the list too, so it always names what remains."""
 from __future__ import annotations
 
 import ast
@@ -22,16 +21,12 @@ CONTAINER_TYPES = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict"
 KNOWN = frozenset({
     # the process-wide holder of the current session: the handles it points at the next session
     "mtrag_resources.core.session:_handles",
-    "mtrag_resources.stores.neo4j_server:_BOOTING",
+    # facts of the process, not caches: the Qdrant folder locks it holds, the Neo4j servers it
+    # launched and waits for, the signal pipe of a `signals_seen` block and what came through it
     "mtrag_resources.stores.qdrant_folder:_HELD_IN_THIS_PROCESS",
-    "mtrag_assets.fast_lane:_CALLABLES",
-    "mtrag_assets.fast_lane:_EPHEMERAL",
-    "mtrag_assets.fast_lane:_INSTANCES",
-    "mtrag_assets.fast_lane:_POOL",
+    "mtrag_resources.stores.neo4j_server:_BOOTING",
     "mtrag_assets.interrupts:_READ_FD",
     "mtrag_assets.interrupts:_SEEN",
-    "mtrag_assets.resources:_EMBEDDERS",
-    "mtrag_assets.runner:_INSTANCE",
 })
 
 
