@@ -30,6 +30,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.processes import proc_start
+from mtrag_resources.core.session import current_session, new_session
 from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant, forget_neo4j_schemas
 from mtrag_resources.stores.tables import table_exists
 
@@ -128,6 +129,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
                          f"(mtrag build-server status)") from None
     state = {"pid": os.getpid(), "proc_start": proc_start(os.getpid()), "state": "starting"}
     write_text_atomic(build_client.state_path(settings), json.dumps(state))  # a client waits for the warm-up
+    session = new_session()  # what the builds keep for the next one, closed as the server leaves
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -197,6 +199,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
             build_client.state_path(settings).unlink(missing_ok=True)
         close_parked_qdrant()
         close_kept_neo4j_drivers()
+        session.close()
         why = ("its home was deleted" if home_gone else f"idle for {idle_timeout_s:g} s" if idle else "stopped")
         log(f"build server pid {os.getpid()} leaves ({why}) after {counts['builds']} build(s)")
     return 0
@@ -243,7 +246,7 @@ def _answer(listener: socket.socket, key: str, parts: dict, idle_timeout_s: floa
                                               "warming": counts["warming"],
                                               "idle_s": 0.0 if counts["building"] else
                                               round(time.monotonic() - counts["last"], 1),
-                                              "idle_timeout_s": idle_timeout_s})
+                                              "idle_timeout_s": idle_timeout_s, "session": current_session().stats()})
             elif op == "stop":
                 build_client.send_line(conn, {"pid": os.getpid(), "stopping": True})
                 stop.set()

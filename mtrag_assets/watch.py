@@ -23,6 +23,7 @@ from mtrag_resources.publish.build_state import changed_sources, publish_pending
 from mtrag_resources.publish.journal import append_batch
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import SourceLayout
+from mtrag_resources.core.session import new_session
 from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant, forget_neo4j_schemas
 
 from mtrag_assets.policies import PLANE_TAG
@@ -383,5 +384,9 @@ class WatchLoop:
 def run_watch(settings: Settings, specs: list[SourceSpec], only: list[str] | None = None, log=print,
               stop: threading.Event | None = None, debounce_ms: int = DEBOUNCE_MS) -> int:
     """`mtrag watch`: follow the watched sources and publish each change until `stop` (or SIGINT /
-    SIGTERM); 0 once stopped."""
-    return WatchLoop(settings, specs, only=only, log=log, stop=stop).run(debounce_ms)
+    SIGTERM); 0 once stopped. Its caches and open stores live in one build session, closed as it leaves."""
+    session = new_session()
+    try:
+        return WatchLoop(settings, specs, only=only, log=log, stop=stop).run(debounce_ms)
+    finally:
+        session.close()

@@ -95,7 +95,7 @@ class BuildSession:
 
     def stats(self) -> dict[str, int]:
         """Entries per cache, by name."""
-        return {name: len(cache) for name, cache in sorted(self._caches.items())}
+        return {name: len(cache) for name, cache in sorted(dict(self._caches).items())}  # a copy: caches come meanwhile
 
     def close(self) -> None:
         self.closed = True
