@@ -147,6 +147,9 @@ def test_builds_run_in_the_server_publish_what_a_build_would_and_it_stops_cleanl
     shown = json.loads(mtrag("build-server", "status", "--json").stdout)
     # the builds it ran: a refused one never reached it (bad input is refused by the client)
     assert shown["running"] and shown["usable"] and shown["builds"] == 3
+    # what its builds keep for the next one is its build session's, by cache
+    kept = build_client._ask(settings, {"op": "ping"})["session"]
+    assert kept["tables.decoded"] > 0 and kept["cas_chunks.parsed_files"] > 0, kept
 
     stopped = mtrag("build-server", "stop")
     assert stopped.stdout.strip() == "build server: stopped" and gone(pid)
