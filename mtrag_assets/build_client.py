@@ -241,7 +241,8 @@ def _wait_for_socket(settings: Settings, timeout: float) -> socket.socket | None
 
 def status(settings: Settings) -> dict:
     """{running, pid, builds, building (one runs now), queued, warming (built sources whose memos it
-    has yet to warm between builds), idle_s, idle_timeout_s, usable (its key equals this client's)};
+    has yet to warm between builds), idle_s, idle_timeout_s, session (entries per cache it keeps),
+    usable (its key equals this client's)};
     {running: false, starting: pid} for one still starting."""
     answer = _ask(settings, {"op": "ping"})
     if answer is None:
@@ -249,7 +250,7 @@ def status(settings: Settings) -> dict:
         return {"running": False, **({"starting": starting} if starting else {})}
     return {"running": True, "pid": answer["pid"], "builds": answer["builds"], "building": answer["building"],
             "queued": answer["queued"], "warming": answer.get("warming", 0), "idle_s": answer["idle_s"],
-            "idle_timeout_s": answer["idle_timeout_s"],
+            "idle_timeout_s": answer["idle_timeout_s"], "session": answer.get("session") or {},
             "usable": answer["key"] == server_key(settings)}
 
 

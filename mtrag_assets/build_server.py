@@ -120,13 +120,7 @@ def _warm_links(settings: Settings, specs: list) -> None:
 
 def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     """Hold the home's lock, warm up, answer requests until stopped or idle; 0 on a clean stop."""
-    settings.home.mkdir(parents=True, exist_ok=True)
-    lock = open(build_client.lock_path(settings), "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise MtragError(f"a build server already runs for MTRAG_HOME={settings.home} "
-                         f"(mtrag build-server status)") from None
+    lock = _take_lock(settings)
     state = {"pid": os.getpid(), "proc_start": proc_start(os.getpid()), "state": "starting"}
     write_text_atomic(build_client.state_path(settings), json.dumps(state))  # a client waits for the warm-up
     session = new_session()  # what the builds keep for the next one, closed as the server leaves
@@ -142,14 +136,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     warm_steps = warm(settings, log)
     key, parts = build_client.server_key(settings), build_client.server_key_parts(settings)
     path = build_client.socket_path(settings)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.parent.stat().st_uid != os.getuid():  # another user's folder: they could listen in our place
-        raise MtragError(f"{path.parent} belongs to another user; the build server's socket cannot go there")
-    path.unlink(missing_ok=True)  # a killed server's: the lock says none runs
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen(8)
-    listener.settimeout(ACCEPT_POLL_S)
+    listener = _listen(path)
     bound = path.stat().st_ino
     state.update(state="ready", socket=str(path), key=key, started=time.time(), idle_timeout_s=idle_timeout_s)
     write_text_atomic(build_client.state_path(settings), json.dumps(state))
@@ -203,6 +190,32 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
         why = ("its home was deleted" if home_gone else f"idle for {idle_timeout_s:g} s" if idle else "stopped")
         log(f"build server pid {os.getpid()} leaves ({why}) after {counts['builds']} build(s)")
     return 0
+
+
+def _take_lock(settings: Settings):
+    """The home's single-server lock, held open for the server's life; refused when another holds it."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    lock = open(build_client.lock_path(settings), "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise MtragError(f"a build server already runs for MTRAG_HOME={settings.home} "
+                         f"(mtrag build-server status)") from None
+    return lock
+
+
+def _listen(path) -> socket.socket:
+    """The server's Unix socket at `path`, in a folder only this user owns."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.parent.stat().st_uid != os.getuid():  # another user's folder: they could listen in our place
+        raise MtragError(f"{path.parent} belongs to another user; the build server's socket cannot go there")
+    path.unlink(missing_ok=True)  # a killed server's: the lock says none runs
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    listener.settimeout(ACCEPT_POLL_S)
+    return listener
 
 
 def _inode(path) -> int | None:
