@@ -31,6 +31,7 @@ from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.layout import SourceLayout
 from mtrag_resources.core.processes import proc_start
 from mtrag_resources.core.session import current_session, new_session
+from mtrag_resources.publish.build_state import source_busy
 from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant, forget_neo4j_schemas
 from mtrag_resources.stores.tables import table_exists
 
@@ -72,13 +73,13 @@ class _Relay:
         return True
 
 
-def warm(settings: Settings, log) -> list[Callable[[], None]]:
+def warm(settings: Settings, log) -> list[tuple[list[str], Callable[[], None]]]:
     """A fresh build's one-time costs, paid before the first request: the imports, the embedder,
     the local Neo4j (launched when no NEO4J_URI names one) and a kept driver. Returns the rest, one
     step per built source (its stage memos and its Neo4j plans and pages: stages/warm.py,
-    fast_lane.warm_up), which the server takes between requests: a build that comes meanwhile
-    waits for one step at most, not for the whole warm-up (the code graph's and the links'
-    resolutions are kept from the first step on)."""
+    fast_lane.warm_up), each with the sources it reads, which the server takes between requests
+    and while no other process builds those sources (the `mtrag build` that started it may still
+    run): a build that comes meanwhile waits for one step at most, not for the whole warm-up."""
     from mtrag_assets.cli import _load_specs
     from mtrag_assets.fast_lane import warm_up
     from mtrag_assets.resources import MtragResource
@@ -96,8 +97,8 @@ def warm(settings: Settings, log) -> list[Callable[[], None]]:
     keep_resolutions()  # every build records what its resolutions read, for the next one to reuse
     keep_link_resolutions()
     built = [s.id for s in specs if table_exists(SourceLayout(settings, s.id).nodes)]
-    return [*(functools.partial(_warm_source, settings, sid, specs) for sid in built),
-            functools.partial(_warm_links, settings, specs)]
+    return [*(([sid], functools.partial(_warm_source, settings, sid, specs)) for sid in built),
+            (built, functools.partial(_warm_links, settings, specs))]
 
 
 def _warm_source(settings: Settings, source_id: str, specs: list) -> None:
@@ -151,8 +152,8 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     answering.start()
     try:
         while not stop.is_set():
-            if warm_steps and queued.empty():
-                warm_steps.pop(0)()
+            if warm_steps and queued.empty() and not any(source_busy(settings, sid) for sid in warm_steps[0][0]):
+                warm_steps.pop(0)[1]()
                 counts["warming"] = len(warm_steps)
                 continue
             try:

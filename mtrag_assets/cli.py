@@ -10,6 +10,7 @@ import time
 import traceback
 
 from mtrag_resources.core.config import Settings
+from mtrag_resources.core.layout import current_path
 
 
 def _settings() -> Settings:
@@ -20,7 +21,6 @@ def _published_settings() -> Settings:
     """The home of a read command (query, paths, status): creates nothing, and a home without a
     published generation is refused in one line."""
     from mtrag_resources.core.errors import NotPublished
-    from mtrag_resources.core.layout import current_path
     settings = Settings.from_env()
     if not current_path(settings.manifest_dir).is_file():
         raise NotPublished(f"MTRAG_HOME={settings.home} has no published generation; run mtrag build")
@@ -84,13 +84,18 @@ def _build(args) -> int:
         code = build_client.build_through_server(settings, _server_argv(args))
         if code is not None:
             return code
+    # A home with a published generation (its Dagster instance and graph made) gets its server
+    # started beside this build, so that it is ready when the user's next change comes; a fresh
+    # home's, once this build has made them.
+    early = mode == "auto" and current_path(settings.manifest_dir).exists()
+    pid = build_client.start_in_background(settings) if early else None
     code = _build_here(settings, args, specs)
-    if code == 0 and mode == "auto":
+    if code == 0 and mode == "auto" and not early:
         pid = build_client.start_in_background(settings)
-        if pid:
-            print(f"(started the build server, pid {pid}, for the next builds: it warms up now and leaves after "
-                  f"{build_client.AUTO_IDLE_TIMEOUT_S // 60} min without one; `mtrag build-server stop` ends it, "
-                  "MTRAG_BUILD_SERVER=off starts none)", flush=True)
+    if pid:
+        print(f"(started the build server, pid {pid}, for the next builds: it warms up beside this build and "
+              f"leaves after {build_client.AUTO_IDLE_TIMEOUT_S // 60} min without one; `mtrag build-server stop` "
+              "ends it, MTRAG_BUILD_SERVER=off starts none)", flush=True)
     return code
 
 

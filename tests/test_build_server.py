@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mtrag_assets import build_client
@@ -356,6 +357,19 @@ def test_build_starts_a_server_for_the_next_build_which_leaves_when_its_home_is_
     assert alone.stdout.splitlines()[0] == "(building in this process: MTRAG_BUILD_SERVER=off)"
     assert "(through the build server" not in alone.stdout and "started the build server" not in alone.stdout
     assert "published generation 3 " in alone.stdout and files_of("shopcart.tax.built_alone") == {"src/shopcart/tax.py"}
+
+    # on a published home the server starts beside the build, so it is ready for the next change
+    assert mtrag("build-server", "stop").returncode == 0 and gone(pid, timeout=60)
+    tax.write_text(tax.read_text() + '\n\ndef beside_it(x):\n    return x\n')
+    beside = mtrag("build", env=auto)
+    assert beside.returncode == 0, beside.stdout + beside.stderr
+    assert beside.stdout.splitlines()[0] == "(building in this process: no build server runs for this home)"
+    started = re.search(r"^\(started the build server, pid (\d+), for the next builds: it warms up beside this build",
+                        beside.stdout, re.M)
+    assert started and "published generation 4 " in beside.stdout, beside.stdout
+    pid = int(started.group(1))
+    published_at = (settings.manifest_dir / "manifest-4.json").stat().st_mtime
+    assert psutil.Process(pid).create_time() < published_at  # started before the build wrote its manifest
 
     # a deleted home takes its server along (no process lives on for a wiped `data/`)
     shutil.rmtree(settings.home)

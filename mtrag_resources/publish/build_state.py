@@ -86,6 +86,19 @@ def publishable_sources(settings: Settings, specs: list[SourceSpec]) -> list[Sou
     return [s for s in specs if s.id not in problems or s.id in published]
 
 
+def source_busy(settings: Settings, source_id: str) -> bool:
+    """Whether another process builds the source now (holds its lock); probed, not held."""
+    path = settings.source_lock(source_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
 @contextmanager
 def source_lock(settings: Settings, source_id: str):
     """One build per source at a time, across processes; a second one is refused, not queued."""
