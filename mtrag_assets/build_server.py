@@ -77,9 +77,10 @@ def warm(settings: Settings, log) -> list[tuple[list[str], Callable[[], None]]]:
     """A fresh build's one-time costs, paid before the first request: the imports, the embedder,
     the local Neo4j (launched when no NEO4J_URI names one) and a kept driver. Returns the rest, one
     step per built source (its stage memos and its Neo4j plans and pages: stages/warm.py,
-    fast_lane.warm_up), each with the sources it reads, which the server takes between requests
-    and while no other process builds those sources (the `mtrag build` that started it may still
-    run): a build that comes meanwhile waits for one step at most, not for the whole warm-up."""
+    fast_lane.warm_up), each with the sources no other process may be building while it runs
+    (the graph's rehearsals; the `mtrag build` that started the server may still run), which the
+    server takes between requests: a build that comes meanwhile waits for one step at most, not
+    for the whole warm-up."""
     from mtrag_assets.cli import _load_specs
     from mtrag_assets.fast_lane import warm_up
     from mtrag_assets.resources import MtragResource
@@ -97,17 +98,24 @@ def warm(settings: Settings, log) -> list[tuple[list[str], Callable[[], None]]]:
     keep_resolutions()  # every build records what its resolutions read, for the next one to reuse
     keep_link_resolutions()
     built = [s.id for s in specs if table_exists(SourceLayout(settings, s.id).nodes)]
-    return [*(([sid], functools.partial(_warm_source, settings, sid, specs)) for sid in built),
-            (built, functools.partial(_warm_links, settings, specs))]
+    return [*(([], functools.partial(_warm_memos, settings, sid, specs)) for sid in built),
+            ([], functools.partial(_warm_links, settings, specs)),
+            *(([sid], functools.partial(_warm_graph, settings, sid)) for sid in built)]
 
 
-def _warm_source(settings: Settings, source_id: str, specs: list) -> None:
-    """One built source's stage memos, then its Neo4j plans and pages. A failure is the next
-    build's to meet and report (a source whose tables went, a graph server that left)."""
+def _warm_memos(settings: Settings, source_id: str, specs: list) -> None:
+    """One built source's stage memos. Read beside a build of that source by another process too:
+    its tables are replaced whole, and this server's first build reads again the ones it replaced.
+    A failure is the next build's to meet and report (a source whose tables went)."""
     from mtrag_resources.stages.warm import warm_stage_memos
-    from mtrag_resources.stores.connect import open_neo4j
     with contextlib.suppress(Exception):
         warm_stage_memos(settings, [source_id], specs, links=False)
+
+
+def _warm_graph(settings: Settings, source_id: str) -> None:
+    """One built source's Neo4j plans and pages: rehearsed transactions, so never beside a build
+    of that source (see serve's loop), whose writes they would wait for."""
+    from mtrag_resources.stores.connect import open_neo4j
     with contextlib.suppress(Exception), open_neo4j(settings) as store:
         store.warm_up([source_id])
 
