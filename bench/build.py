@@ -102,7 +102,7 @@ def run_measured(cmd: list[str], env: dict) -> dict:
 
 
 def mtrag_build(env: dict) -> dict:
-    return run_measured([sys.executable, "-m", "mtrag_assets.cli", "build"], env)
+    return run_measured([sys.executable, "-m", "mtrag_assets.app.cli", "build"], env)
 
 
 def latest(env: dict, asset: str, partition: str | None) -> dict:
@@ -271,8 +271,8 @@ def main() -> None:
     finally:
         for rel, data in originals.items():
             (corpus / rel).write_bytes(data)
-        run_measured([sys.executable, "-m", "mtrag_assets.cli", "build"], env)
-    run_measured([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env)  # the builds started it
+        run_measured([sys.executable, "-m", "mtrag_assets.app.cli", "build"], env)
+    run_measured([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "stop"], env)  # the builds started it
     write_json(args.out, result)
 
 
@@ -282,7 +282,7 @@ def _edit_rounds(corpus: Path, env: dict, home: Path, result: dict) -> None:
     _change_rounds(corpus, env, result, DELETED_DOCS, prefix="")
     _watch(corpus, env, home, result)
     print("mtrag build-server ...", flush=True)
-    cli = [sys.executable, "-m", "mtrag_assets.cli"]
+    cli = [sys.executable, "-m", "mtrag_assets.app.cli"]
     started = json.loads(run_measured([*cli, "build-server", "start", "--json"], env)["output"])
     try:
         _change_rounds(corpus, env, result, SERVER_DELETED_DOCS, prefix="server_")

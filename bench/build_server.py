@@ -35,7 +35,7 @@ WAYS = {"process": ["build", "--no-server"], "server": ["build"]}
 
 def mtrag(args: list[str], env: dict) -> tuple[float, str]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", *args], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", *args], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"mtrag {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

@@ -38,7 +38,7 @@ def bench_ab_helper_{n}(value: str) -> str:
 def build(env: dict, tree: Path) -> float:
     env = {**env, "PYTHONPATH": str(tree)}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "build"], env=env, capture_output=True,
                           text=True, cwd=tree)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:

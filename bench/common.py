@@ -32,7 +32,7 @@ def run_mtrag(args: list[str], env: dict, timeout: int = 3600) -> tuple[float, s
     """(wall seconds, combined output, peak RSS of the child in MB)."""
     import resource
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", *args], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", *args], env=env, capture_output=True,
                           text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -60,7 +60,7 @@ def write_json(path: str | None, data: dict) -> None:
 def stop_neo4j(env: dict) -> None:
     """`mtrag neo4j stop` for the home `env` names: a bench stops the local server its builds
     started (`mtrag build` leaves it running for the next command), or its JVM outlives the run."""
-    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=env, capture_output=True)
+    subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "stop"], env=env, capture_output=True)
 
 
 def wipe_work(work: Path) -> None:
@@ -155,6 +155,6 @@ def built_home(args, docs_per_round: int) -> tuple[Path, Path, dict, list[Path]]
     docs = sorted(p for p in (corpus / args.docs_dir).rglob(args.docs_glob) if p.stat().st_size > 2000)
     if len(docs) < docs_per_round * args.rounds:
         sys.exit(f"{corpus / args.docs_dir} has too few docs files to remove for {args.rounds} rounds")
-    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "start"], env=env, check=True,
                    capture_output=True)
     return corpus, home, env, docs

@@ -31,7 +31,7 @@ def _current_generation(home: Path) -> int:
 
 
 def _found(env: dict, name: str) -> bool:
-    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "query", "--json", "--mode", "exact", name],
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "query", "--json", "--mode", "exact", name],
                          env=env, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         return False
@@ -84,7 +84,7 @@ def main() -> None:
     home = work / "home"
     env = mtrag_env(home, work / "sources.yaml")
     # Runs the daemon launches do not start the local Neo4j (`mtrag build` does): start it here.
-    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "start"], env=env, check=True,
                    capture_output=True)
     log = open(work / "daemon.log", "wb")
     daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO, env=env,

@@ -34,14 +34,14 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.work).resolve()  # relative: the sources file and DAGSTER_HOME need absolute paths
     os.environ.update(mtrag_env(work / "home", work / "sources.yaml"))
-    from mtrag_assets.cli import _load_specs
+    from mtrag_assets.app.build_command import load_specs
     from mtrag_assets.fast_lane import record, run_batch
     from mtrag_assets.runner import dagster_instance, run_build
     from mtrag_resources.core.config import Settings
     from mtrag_resources.stores.neo4j_server import launch_local_server
 
     settings = Settings.from_env()
-    specs = _load_specs(settings)
+    specs = load_specs(settings)
     launch_local_server(settings)
     run_build(settings, specs, log=lambda line: None)  # converge, and warm every import and store
     instance = dagster_instance(settings)

@@ -38,7 +38,7 @@ def bench_first_change_{n}(value: str) -> str:
 def mtrag(args: list[str], env: dict) -> tuple[float, str]:
     t0 = time.perf_counter()
     # run from the tree (PYTHONPATH): `python -m` puts its working folder first on sys.path
-    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", *args], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", *args], env=env, capture_output=True, text=True,
                           cwd=env["PYTHONPATH"])
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -49,7 +49,7 @@ def mtrag(args: list[str], env: dict) -> tuple[float, str]:
 def wait_ready(env: dict, timeout: float = 600) -> None:
     t0 = time.monotonic()
     def running() -> bool:  # `status` exits 3 while no server answers
-        out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build-server", "status", "--json"],
+        out = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "build-server", "status", "--json"],
                              env=env, capture_output=True, text=True, cwd=env["PYTHONPATH"])
         return bool(json.loads(out.stdout or "{}").get("running"))
 
@@ -77,7 +77,7 @@ def main() -> None:
     envs = {name: {**mtrag_env(home, sources), "MTRAG_BUILD_SERVER": "auto", "PYTHONPATH": str(tree)}
             for name, tree in trees.items()}
     env = envs["head"]
-    subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "start"], env=env, check=True,
                    capture_output=True)
     code = work / "corpus" / args.code_file
     original = code.read_bytes()

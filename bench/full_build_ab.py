@@ -47,7 +47,7 @@ def one_build(work: Path, label: str, n: int, extra: dict) -> dict:
                 "embedding_s": round(sum(float(x.get("seconds") or 0) for x in emb), 2),
                 "build_cpu_s": run["cpu_s"], "neo4j_cpu_s": neo4j_cpu}
     finally:
-        run_measured([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env)
+        run_measured([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "stop"], env)
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -68,7 +68,7 @@ def texts_for(home: Path, n: int, seed: int) -> tuple[list[str], list[str]]:
 def start_server(home: Path, port: int) -> subprocess.Popen:
     env = dict(os.environ, MTRAG_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
     env.pop("MTRAG_API_KEY", None)  # loopback needs none
-    server = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "serve", "--host", HOST,
+    server = subprocess.Popen([sys.executable, "-m", "mtrag_assets.app.cli", "serve", "--host", HOST,
                                "--port", str(port)], env=env, cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     # The server logs a line per request: a pipe nobody reads fills (64 KiB) and then every request

@@ -8,7 +8,7 @@ source in a fresh home of its own:
 * `issues`: a GitHub export of `--issues` small issues (100,000: 32 MB, `max_file_bytes` raised);
 * `baseline`: the good source alone, what any build costs.
 
-Each build runs through the CLI (`python -m mtrag_assets.cli build --no-server`) in a subprocess;
+Each build runs through the CLI (`python -m mtrag_assets.app.cli build --no-server`) in a subprocess;
 its process tree's RSS (the build and any step process it starts; the local Neo4j excluded) is
 polled every 50 ms. By default a build is stopped when the hostile source's embedding starts: on
 a CPU, embedding the unbounded inputs' chunks takes hours, and what the bounds change is what the
@@ -103,7 +103,7 @@ def run_input(name: str, args, neo4j_uri: str) -> dict:
         sources = write_input(name, work, args)
         env = mtrag_env(work / "home", sources, NEO4J_URI=neo4j_uri, MTRAG_BUILD_SERVER="off")
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "build", "--no-server"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.app.cli", "build", "--no-server"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
         peak = TreePeak(proc.pid)
         lines, stopped = [], False
@@ -138,9 +138,9 @@ def main() -> None:
     neo_home = None if uri else Path(tempfile.mkdtemp(prefix="mtrag-memory-neo4j-"))
     if neo_home:  # one local server for every input's build, stopped (and its home removed) at the end
         neo_env = mtrag_env(neo_home, neo_home / "sources.yaml")
-        subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "start"], env=neo_env, check=True,
+        subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "start"], env=neo_env, check=True,
                        capture_output=True)
-        status = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "status", "--json"], env=neo_env,
+        status = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "status", "--json"], env=neo_env,
                                 capture_output=True, text=True)
         uri = json.loads(status.stdout)["uri"]
     results = []
@@ -153,7 +153,7 @@ def main() -> None:
             results.append(result)
     finally:
         if neo_home:
-            subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env=neo_env, capture_output=True)
+            subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "stop"], env=neo_env, capture_output=True)
             shutil.rmtree(neo_home, ignore_errors=True)
     write_json(args.out, {"inputs": results, "bomb_levels": args.bomb_levels, "js_functions": args.js_functions,
                           "issues": args.issues, "full": args.full, "pythonpath": os.environ.get("PYTHONPATH", ""),

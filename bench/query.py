@@ -79,7 +79,7 @@ def main() -> None:
         symbols = symbols or sentences
     port = free_port()
     env = dict(os.environ, MTRAG_HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    server = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "serve", "--port", str(port)], env=env,
+    server = subprocess.Popen([sys.executable, "-m", "mtrag_assets.app.cli", "serve", "--port", str(port)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -143,7 +143,7 @@ def server_rounds(corpus: Path, env: dict, rounds: int, originals: dict) -> dict
     """edit_rounds through a build server (`mtrag build` hands a build to the home's server where
     one runs: the default path), as `server_*` keys, with the server's start-up and RSS."""
     print("mtrag build-server ...", flush=True)
-    cli = [sys.executable, "-m", "mtrag_assets.cli"]
+    cli = [sys.executable, "-m", "mtrag_assets.app.cli"]
     started = json.loads(run_measured([*cli, "build-server", "start", "--json"], env)["output"])
     try:
         result = {f"server_{k}": v for k, v in edit_rounds(corpus, env, rounds, originals).items()}
@@ -161,7 +161,7 @@ def cli_latency(env: dict) -> dict:
         walls = []
         for _ in range(3):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "query", "--json", "--mode", mode, text],
+            subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "query", "--json", "--mode", mode, text],
                            env=env, capture_output=True, text=True, check=True)
             walls.append(time.perf_counter() - t0)
         out[mode] = {"min_s": round(min(walls), 3), "median_s": round(statistics.median(walls), 3)}
@@ -275,8 +275,8 @@ def main() -> None:
     finally:
         for rel, data in {**kept, **originals}.items():  # the corpus as the rounds found it
             (corpus / rel).write_bytes(data)
-        run_measured([sys.executable, "-m", "mtrag_assets.cli", "build"], env)
-    run_measured([sys.executable, "-m", "mtrag_assets.cli", "neo4j", "stop"], env)
+        run_measured([sys.executable, "-m", "mtrag_assets.app.cli", "build"], env)
+    run_measured([sys.executable, "-m", "mtrag_assets.app.cli", "neo4j", "stop"], env)
     write_json(args.out, result)
 
 

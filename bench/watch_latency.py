@@ -52,7 +52,7 @@ class WatchProcess:
     """`mtrag watch` with its output lines on a queue."""
 
     def __init__(self, env: dict) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "watch"], env=env, cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.app.cli", "watch"], env=env, cwd=REPO,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         self.lines: queue.Queue = queue.Queue()

@@ -61,7 +61,7 @@ def main() -> int:
             env = {**os.environ, "MTRAG_HOME": str(home), "MTRAG_SOURCES": str(demo_home / "sources.yaml"),
                    "DAGSTER_HOME": str(home / "dagster_home"), "NEO4J_URI": uri, "MTRAG_BUILD_SERVER": "off",
                    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-            subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "demo"], env=env, check=True,
+            subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "demo"], env=env, check=True,
                            stdout=subprocess.DEVNULL)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)  # a clean stop: the list's last lines are written

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mtrag_assets.cli import build_parser, main
+from mtrag_assets.app.cli import build_parser, main
 from mtrag_resources.core.config import Settings
 from mtrag_resources.publish.manifest import load_current
 from mtrag_resources.core.layout import current_path
@@ -339,16 +339,16 @@ def test_cli_process_exit_codes_for_config_errors(tmp_path, fake_published):
     env = {**os.environ, "MTRAG_SOURCES": str(sources)}
     before = _snapshot(fake_published)
     sources.write_text("sources:\n" + _good_entry(tmp_path) + "  - {id: good, kind: docs, path: .}\n")
-    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], env=env, cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "build"], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "sources[1] id='good': duplicate source id" in out.stderr, out.stderr
     # an unknown --source is refused before Dagster, Neo4j or a model is touched
     sources.write_text("sources:\n" + _good_entry(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build", "--source", "nope"], env=env,
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "build", "--source", "nope"], env=env,
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "unknown source id(s) ['nope']" in out.stderr, out.stderr
     missing = {**env, "MTRAG_SOURCES": str(tmp_path / "absent.yaml")}
-    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], env=missing, cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "build"], env=missing, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "sources file not found" in out.stderr
     assert _snapshot(fake_published) == before

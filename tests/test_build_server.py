@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mtrag_assets import build_client
+from mtrag_assets.app import build_client
 from mtrag_resources.core.config import Settings
 from mtrag_resources.stores.qdrant_folder import lock_path_for
 
@@ -234,7 +234,7 @@ def test_the_mode_is_read_from_the_environment_and_a_bad_value_is_named(monkeypa
 
 @pytest.mark.unit
 def test_a_server_spawned_but_not_answering_yet_is_reported_as_warming_up(tmp_path, monkeypatch):
-    from mtrag_assets.cli import _build_server_line
+    from mtrag_assets.app.cli import _build_server_line
     from mtrag_resources.core.processes import proc_start
     monkeypatch.setenv("MTRAG_HOME", str(tmp_path))
     settings = Settings.from_env()
@@ -254,7 +254,7 @@ def test_a_server_spawned_but_not_answering_yet_is_reported_as_warming_up(tmp_pa
 @pytest.mark.unit
 def test_a_relay_drops_output_once_the_client_has_gone():
     import socket
-    from mtrag_assets.build_server import _Relay
+    from mtrag_assets.app.build_server import _Relay
     mine, theirs = socket.socketpair()
     relay = _Relay(mine, "o")
     relay.write("one\n")

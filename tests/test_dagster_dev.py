@@ -1,4 +1,4 @@
-"""`python -m mtrag_assets.dagster_dev`: real `dagster dev` (webserver, daemon, code servers) on
+"""`python -m mtrag_assets.app.dagster_dev`: real `dagster dev` (webserver, daemon, code servers) on
 a private instance, stopped by Ctrl-C the way a terminal sends it (SIGINT to the foreground
 process group), exits within seconds and leaves no process of its session behind, even where
 Dagster's own shutdown hangs: its telemetry upload (on in an instance without mtrag's
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from mtrag_assets.dagster_dev import dagster_dev_command, session_pids
+from mtrag_assets.app.dagster_dev import dagster_dev_command, session_pids
 
 ON_LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads sessions from /proc")
 
@@ -97,7 +97,7 @@ def test_ctrl_c_ends_dagster_dev_within_seconds_and_leaves_nothing(tmp_path, sil
     log = tmp_path / "dagster_dev.log"
     with open(log, "wb") as out:
         # A session of its own, as a terminal's foreground job: Ctrl-C is SIGINT to its process group.
-        launcher = subprocess.Popen([sys.executable, "-m", "mtrag_assets.dagster_dev", "-h", "127.0.0.1",
+        launcher = subprocess.Popen([sys.executable, "-m", "mtrag_assets.app.dagster_dev", "-h", "127.0.0.1",
                                      "-p", str(port)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
     dev_session = None
@@ -145,7 +145,7 @@ def test_stop_ends_a_session_that_ignores_sigint_within_its_bounds(monkeypatch):
     """What Dagster's own shutdown cannot promise (it waits up to a minute for a webserver or
     daemon, and leaves a code server it restarted): stop() ends the whole session, SIGINT first,
     SIGKILL after GRACE_S + LEFTOVER_S."""
-    from mtrag_assets import dagster_dev
+    from mtrag_assets.app import dagster_dev
     monkeypatch.setattr(dagster_dev, "GRACE_S", 1.0)
     monkeypatch.setattr(dagster_dev, "LEFTOVER_S", 1.0)
     proc = subprocess.Popen([sys.executable, "-c", STUCK], start_new_session=True, stdout=subprocess.PIPE, text=True)

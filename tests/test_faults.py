@@ -33,7 +33,7 @@ from tests.corpus import write_corpus
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and SIGSTOP")
 
 REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "mtrag_assets.cli"]
+CLI = [sys.executable, "-m", "mtrag_assets.app.cli"]
 TAX_DOC = '"""Apply the regional tax to an amount and round to cents."""'
 TMPFS_SIZE = "1g"  # Edge allocates its mapped files on a tmpfs: ~17 MB a collection, ~75 MB a reader
 

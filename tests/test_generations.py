@@ -114,7 +114,7 @@ def test_reader_serves_while_a_build_runs_in_another_process(mtrag_env):
     # The build stops itself once every store holds generation 2 and manifest-2.json is written,
     # just before CURRENT moves (MTRAG_FAULT_SIGNAL=STOP); SIGCONT lets it publish.
     env = {**os.environ, "MTRAG_FAULT": "manifest:before_current", "MTRAG_FAULT_SIGNAL": "STOP"}
-    proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "build"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "mtrag_assets.app.cli", "build"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     generations, errors = [], []
 
@@ -174,7 +174,7 @@ def test_cli_no_change_shortcut(mtrag_env):
     runs = len(instance.get_runs())
     current = current_path(settings().manifest_dir)
     published = current.read_bytes(), current.stat().st_mtime_ns
-    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "build"], capture_output=True, text=True,
                          env=dict(os.environ), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "nothing changed" in out.stdout
@@ -182,7 +182,7 @@ def test_cli_no_change_shortcut(mtrag_env):
     assert len(instance.get_runs()) == runs
     assert (current.read_bytes(), current.stat().st_mtime_ns) == published
     _edit_tax(mtrag_env, "third")
-    out = subprocess.run([sys.executable, "-m", "mtrag_assets.cli", "build"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "mtrag_assets.app.cli", "build"], capture_output=True, text=True,
                          env=dict(os.environ), timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "built ['shop']" in out.stdout

@@ -403,7 +403,7 @@ def test_a_git_source_builds_at_its_ref_and_rebuilds_by_the_tree_diff(tmp_path, 
 @pytest.mark.integration
 @pytest.mark.neo4j
 def test_broken_git_entries_fail_alone_naming_their_entry(tmp_path, monkeypatch, neo4j_uri, capsys):
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     from mtrag_resources.publish.manifest import load_current
     from tests.corpus import write_corpus
 

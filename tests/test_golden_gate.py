@@ -55,7 +55,7 @@ def _rename_lookup_rate(env: dict) -> None:
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     capsys.readouterr()
     rc = main(list(argv))
     out = capsys.readouterr()

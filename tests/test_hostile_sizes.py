@@ -166,7 +166,7 @@ def test_the_stage_reports_cut_files_by_name_and_a_good_file_beside_them_is_whol
 @pytest.mark.integration
 @pytest.mark.neo4j
 def test_a_build_cuts_the_hostile_files_says_so_and_publishes_the_good_source(tmp_path, monkeypatch, neo4j_uri, capsys):
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     from mtrag_resources.publish.manifest import load_current
     from tests.conftest import use_fresh_home
     (tmp_path / "shop").mkdir()

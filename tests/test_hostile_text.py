@@ -145,7 +145,7 @@ def refund_tax_on_returns(amount: float) -> float:
 @pytest.mark.neo4j
 def test_crashing_exports_and_missing_folders_fail_alone_and_the_good_change_is_published(
         tmp_path, monkeypatch, neo4j_uri, capsys):
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     from mtrag_resources.publish.manifest import load_current
     from mtrag_resources.serving.reader import IndexReader
     from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant

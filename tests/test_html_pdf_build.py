@@ -32,7 +32,7 @@ def docs_env(tmp_path, monkeypatch, neo4j_uri):
 
 
 def test_html_and_pdf_documents_build_publish_and_answer_with_pages(docs_env, capsys):
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     from mtrag_assets.runner import run_build
     from mtrag_resources.core.config import Settings
     from mtrag_resources.ingest.sources import load_sources

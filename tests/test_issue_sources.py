@@ -441,7 +441,7 @@ def _reader(home: Path):
 @pytest.mark.neo4j
 def test_an_issues_source_builds_links_to_code_and_leaves_every_store_when_removed(
         tmp_path, monkeypatch, neo4j_uri, capsys):
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     from mtrag_resources.core.layout import SourceLayout
     from mtrag_resources.publish.manifest import load_current
     from mtrag_resources.stores.connect import open_fts, open_neo4j, open_qdrant

@@ -243,7 +243,7 @@ def test_mtrag_mcp_over_stdio_answers_from_the_published_generation(published, t
                 if line.startswith("import time:")]
     assert "mtrag_resources.serving.mcp" in imported and "mtrag_resources.embedding.embedder" in imported
     assert not [m for m in imported if m.split(".")[0] in ("dagster", "dagster_webserver")
-                or m.startswith("mtrag_assets.") and m != "mtrag_assets.cli"]
+                or m.startswith("mtrag_assets.") and m != "mtrag_assets.app.cli"]
 
 
 @pytest.mark.integration

@@ -48,7 +48,7 @@ def test_threads_executors_atexit_and_buffered_output_all_finish_and_the_code_is
 
 def test_the_mtrag_command_keeps_its_exit_codes_and_output(tmp_path):
     env = {**os.environ, "MTRAG_HOME": str(tmp_path / "home")}
-    cli = [sys.executable, "-m", "mtrag_assets.cli"]
+    cli = [sys.executable, "-m", "mtrag_assets.app.cli"]
     refused = subprocess.run([*cli, "query", "--k", "0", "anything"], env=env, capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode == 2 and "k must be an integer from 1 to 100" in refused.stderr

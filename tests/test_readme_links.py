@@ -14,7 +14,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from mtrag_assets.cli import build_parser
+from mtrag_assets.app.cli import build_parser
 
 pytestmark = pytest.mark.unit
 

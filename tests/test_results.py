@@ -219,7 +219,7 @@ def test_paths_and_status_to_dict_are_the_readers_json(reader, built):
 @pytest.mark.neo4j
 def test_cli_json_is_to_dict(reader, capsys):
     """`mtrag query --json` / `paths --json` / `status --json` print to_dict() (timings aside)."""
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     assert main(["query", "shopcart.tax.lookup_rate", "--k", "3", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     expected = reader.query("shopcart.tax.lookup_rate", k=3).to_dict()

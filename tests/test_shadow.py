@@ -151,7 +151,7 @@ def _serve_and_ask(questions: list[str], **env: str) -> None:
     ("- p1\n", ["one top-level key `profiles`"]),
 ])
 def test_a_bad_profile_is_one_line_naming_the_file_and_key(tmp_path, monkeypatch, capsys, text, words):
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     from tests.corpus import write_corpus
     paths = write_corpus(tmp_path / "corpus")
     (paths["sources"].parent / "profiles.yaml").write_text(text)
@@ -169,7 +169,7 @@ def test_a_bad_profile_is_one_line_naming_the_file_and_key(tmp_path, monkeypatch
 
 @pytest.mark.unit
 def test_compare_refuses_a_shadow_never_built(tmp_path, monkeypatch, capsys):
-    from mtrag_assets.cli import main
+    from mtrag_assets.app.cli import main
     from tests.corpus import write_corpus
     paths = write_corpus(tmp_path / "corpus")
     (paths["sources"].parent / "profiles.yaml").write_text(PROFILES)

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.neo4j, pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify, SIGKILL")]
 
 REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "mtrag_assets.cli"]
+CLI = [sys.executable, "-m", "mtrag_assets.app.cli"]
 VISIBLE_S = 180  # only so that a stuck watch fails instead of hanging
 
 

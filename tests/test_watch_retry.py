@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mtrag_assets import watch
+from mtrag_assets.app import watch
 
 pytestmark = pytest.mark.unit
 

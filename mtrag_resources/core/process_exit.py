@@ -4,7 +4,7 @@ CPython's exit waits for the non-daemon threads, runs the atexit callbacks, then
 interpreter down, freeing a build's few million objects one by one after the generation was
 published (docs/performance.md#processes). `exit_now` does the first two exactly as CPython does,
 flushes the standard streams and ends with os._exit. It skips `__del__` and extension destructors,
-so only the command's entry point (`mtrag_assets.cli.run`) calls it, never a library function."""
+so only the command's entry point (`mtrag_assets.app.cli.run`) calls it, never a library function."""
 from __future__ import annotations
 
 import atexit

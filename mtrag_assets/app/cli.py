@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-import time
-import traceback
 
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.layout import current_path
+
+from mtrag_assets.app.build_command import add_build_arguments, cmd_build, load_specs
+from mtrag_assets.app.errors import OneLineParser, guarded
 
 
 def _settings() -> Settings:
@@ -25,189 +25,6 @@ def _published_settings() -> Settings:
     if not current_path(settings.manifest_dir).is_file():
         raise NotPublished(f"MTRAG_HOME={settings.home} has no published generation; run mtrag build")
     return settings
-
-
-def _load_specs(settings: Settings):
-    """The sources file's specs; a malformed file or entry is refused here. A `path` folder that
-    does not exist is that source's error alone, reported by the build (source_problems)."""
-    from mtrag_resources.ingest.sources import load_sources
-    return load_sources(settings.sources_file)
-
-
-def _server_argv(args) -> list[str]:
-    """The build's options as a build server's `mtrag build` takes them."""
-    return ([f"--source={sid}" for sid in args.source or []] + ["--force"] * args.force
-            + ["--accept-quality-drop"] * args.accept_quality_drop + ["--debug"] * bool(args.debug))
-
-
-def cmd_build(args) -> int:
-    from mtrag_assets.interrupts import signals_seen
-    with signals_seen() as last_signal:
-        try:
-            return _build(args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised unless Ctrl-C or SIGTERM stopped the build
-            from mtrag_assets.interrupts import exit_code, is_interrupt
-            if args.debug or not (is_interrupt(exc) or last_signal() is not None):
-                raise
-            return _interrupted(exit_code(last_signal()))
-
-
-def _interrupted(code: int) -> int:
-    """One line instead of the run's traceback: what a stopped build leaves. Its sources' dirty
-    markers stay (build_state.mark_dirty), so the next build rebuilds what it was writing."""
-    import signal
-    from mtrag_resources.publish.manifest import load_current
-    name = signal.Signals(code - 128).name if code - 128 in signal.valid_signals() else f"signal {code - 128}"
-    try:
-        generation = (load_current(Settings.from_env().manifest_dir) or {}).get("generation")
-    except Exception:  # noqa: BLE001 - the line is said whatever the manifest folder holds
-        generation = None
-    served = (f"generation {generation} is still the one served" if generation is not None
-              else "nothing was published")
-    print(f"mtrag: build interrupted ({name}); {served}; the next `mtrag build` converges what this one left",
-          file=sys.stderr, flush=True)
-    return code
-
-
-def _build(args) -> int:
-    settings = _settings()
-    if args.profile:  # a shadow generation (docs/shadow.md): built in this process, never by the build server
-        from mtrag_assets.shadow_cli import build_profile
-        return build_profile(args, settings, _checked_specs(settings, args), _build_here)
-    from mtrag_assets import build_client
-    mode = "off" if args.no_server else build_client.mode()
-    specs = _checked_specs(settings, args)  # bad input is refused before either path is taken
-    if mode == "off":
-        print(f"(building in this process: {'--no-server' if args.no_server else 'MTRAG_BUILD_SERVER=off'})",
-              flush=True)
-    else:  # the home's build server, when one runs for this code and these settings
-        code = build_client.build_through_server(settings, _server_argv(args))
-        if code is not None:
-            return code
-    # A home with a published generation (its Dagster instance and graph made) gets its server
-    # started beside this build, so that it is ready when the user's next change comes; a fresh
-    # home's, once this build has made them.
-    early = mode == "auto" and current_path(settings.manifest_dir).exists()
-    pid = build_client.start_in_background(settings) if early else None
-    code = _build_here(settings, args, specs)
-    if code == 0 and mode == "auto" and not early:
-        pid = build_client.start_in_background(settings)
-    if pid:
-        print(f"(started the build server, pid {pid}, for the next builds: it warms up beside this build and "
-              f"leaves after {build_client.AUTO_IDLE_TIMEOUT_S // 60} min without one; `mtrag build-server stop` "
-              "ends it, MTRAG_BUILD_SERVER=off starts none)", flush=True)
-    return code
-
-
-def _checked_specs(settings: Settings, args):
-    """The sources file's specs, refused with one line before any build starts: a malformed
-    sources or golden file, or a --source id the file does not name."""
-    specs = _load_specs(settings)
-    unknown = sorted(set(args.source or []) - {s.id for s in specs})
-    if unknown:
-        from mtrag_resources.ingest.sources import SourceConfigError
-        raise SourceConfigError(f"{settings.sources_file}: unknown source id(s) {unknown} given with --source; "
-                                f"known: {[s.id for s in specs]}")
-    from mtrag_resources.publish.golden import load_golden
-    golden = load_golden(settings.golden_file)
-    if golden is not None:
-        golden.unknown_sources(s.id for s in specs)
-    return specs
-
-
-def _build_here(settings: Settings, args, specs) -> int:
-    """The build in this process, of the specs _checked_specs gave."""
-    t0 = time.perf_counter()
-    known_changes = None
-    if not args.source and not args.force:
-        from mtrag_resources.publish.build_state import changed_sources, publish_pending, source_problems
-        from mtrag_resources.embedding.embedder import EmbedderConfig, Embedder, fingerprint_id_of
-        fp = Embedder(EmbedderConfig.from_env()).fingerprint_without_loading()
-        changed, removed = changed_sources(settings, specs, fingerprint_id_of(fp) if fp else None)
-        failing = source_problems(settings, [s for s in specs if s.id in changed]) if changed else {}
-        if not set(changed) - set(failing) and not removed and not publish_pending(settings):
-            # A source that cannot be built (a missing folder) is no change: publishing again would
-            # only copy the published generation under a new number, build after build.
-            return _nothing_changed(failing, t0, settings=settings, specs=specs)
-        if fp:  # taken with the embedder's fingerprint: the build need not scan the sources again
-            known_changes = (changed, removed)
-    from mtrag_resources.stores.neo4j_server import launch_local_server
-    launch_local_server(settings)  # boots while the first source is chunked and embedded
-    summary = _run_build_or_refusal(settings, specs, args, known_changes)
-    if summary.get("unchanged"):  # every source to build failed, and nothing else changed
-        return _nothing_changed(summary["failed"], t0, said=True)
-    from mtrag_resources.publish.manifest import load_current
-    current = load_current(settings.manifest_dir) or {}
-    print(f"built {summary['built'] or 'nothing'}; removed {summary['removed'] or 'nothing'}; "
-          f"published generation {current.get('generation')} in {time.perf_counter() - t0:.1f} s")
-    quality = current.get("quality") or {}
-    if quality:
-        print(f"golden recall {quality['recall']:.3f} ({quality['recalled']}/{quality['queries']} queries)")
-    if quality.get("accepted_drop"):
-        print("published despite the golden-query gate (--accept-quality-drop, recorded in the manifest): "
-              + "; ".join(quality["accepted_drop"]["reasons"]))
-    if summary.get("failed"):  # sources left out (a broken git entry; the runner printed each why): exit 1
-        print(f"mtrag: not built: {sorted(summary['failed'])} (see above)", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _nothing_changed(failing: dict[str, str], t0: float, said: bool = False, settings: Settings | None = None,
-                     specs=None) -> int:
-    """No new generation: exit 0, or 1 naming each source that cannot be built (its why on stderr,
-    unless the runner `said` it), which the published generation goes on serving as last built.
-    With `settings`, the disk an earlier build left to reclaim is given back first (a home built
-    before publishes reclaimed anything would otherwise keep it until something changes)."""
-    if settings is not None:
-        from mtrag_resources.publish.manifest import load_current
-        from mtrag_resources.publish.reclaim import reclaim
-        published = (load_current(settings.manifest_dir) or {}).get("sources", {})
-        reclaimed = reclaim(settings, {s.id for s in specs} | set(published))["reclaimed"]
-        if reclaimed:
-            print(f"reclaimed {reclaimed}")
-        from mtrag_resources.publish.cas_sweep import sweep
-        swept = sweep(settings)["reclaimed"]  # here, where every store holds what the tables say
-        if swept:
-            print(f"reclaimed {swept}")
-    seconds = f"{time.perf_counter() - t0:.2f} s"
-    if not failing:
-        print(f"nothing changed since the published generation ({seconds})")
-        return 0
-    if not said:
-        for why in failing.values():
-            print(f"mtrag: {why}; not built", file=sys.stderr, flush=True)
-    print(f"nothing else changed since the published generation ({seconds}); no new generation published")
-    print(f"mtrag: not built: {sorted(failing)} (see above)", file=sys.stderr)
-    return 1
-
-
-# What a long-lived process that runs many builds (the build server) sets: tags every build run of
-# this process carries besides the runner's (its pid), and whether the embedded Qdrant stays open
-# (parked) after a build for the next one (closed when another process asks for its lock).
-BUILD_TAGS: dict[str, str] = {}
-KEEP_QDRANT_OPEN = False
-
-
-def _run_build_or_refusal(settings, specs, args, known_changes=None) -> dict:
-    """The build; what mtrag refused inside a step (the golden-query gate's refusal, a bad
-    `pip_sdist` pin, ...) is reported as that error (one clear message and its exit code) rather
-    than as Dagster's step failure around it. Dagster's console log stays silent unless --debug:
-    the runner prints each stage, and the full event log is in the instance."""
-    from mtrag_assets.runner import run_build
-    try:
-        return run_build(settings, specs, only=args.source or None, force=args.force,
-                         accept_quality_drop=args.accept_quality_drop,
-                         console_log_level="WARNING" if args.debug else "CRITICAL", changed=known_changes,
-                         extra_tags=BUILD_TAGS, keep_qdrant=KEEP_QDRANT_OPEN)
-    except Exception as exc:  # noqa: BLE001 - re-raised unless mtrag refused something on purpose
-        from mtrag_resources.core.errors import MtragError
-        cause, seen = exc, set()
-        while cause is not None and not isinstance(cause, MtragError) and id(cause) not in seen:
-            seen.add(id(cause))
-            cause = cause.__cause__ or cause.__context__
-        if not isinstance(cause, MtragError) or args.debug:
-            raise
-        raise cause from None
 
 
 def _reader(settings: Settings | None = None):
@@ -254,7 +71,7 @@ def cmd_status(args) -> int:
     else:
         from mtrag_resources.serving.render import render_status
         print(render_status(result))
-        from mtrag_assets import build_client  # a build server `mtrag build` left running is said too
+        from mtrag_assets.app import build_client  # a build server `mtrag build` left running is said too
         server = build_client.status(settings)
         if server.get("running") or server.get("starting"):
             print(_build_server_line(server))
@@ -262,16 +79,16 @@ def cmd_status(args) -> int:
 
 
 def cmd_build_server(args) -> int:
-    from mtrag_assets import build_client
+    from mtrag_assets.app import build_client
     if args.idle_timeout <= 0:
         from mtrag_resources.core.errors import ConfigError
         raise ConfigError(f"--idle-timeout {args.idle_timeout:g}: must be more than 0 seconds")
     settings = _settings()
     if args.action == "run":
-        from mtrag_assets.build_server import serve
+        from mtrag_assets.app.build_server import serve
         return serve(settings, args.idle_timeout, log=lambda line: print(line, flush=True))
     if args.action == "start":
-        _load_specs(settings)  # a broken sources file is refused here, not in the server's log
+        load_specs(settings)  # a broken sources file is refused here, not in the server's log
         result = build_client.start(settings, args.idle_timeout)
     elif args.action == "stop":
         result = build_client.stop(settings)
@@ -312,10 +129,10 @@ def _build_server_line(result: dict) -> str:
 
 
 def cmd_watch(args) -> int:
-    """The fast lane (mtrag_assets/watch.py): watch the folder sources and publish each change."""
+    """The fast lane (mtrag_assets/app/watch.py): watch the folder sources and publish each change."""
     settings = _settings()
-    specs = _load_specs(settings)
-    from mtrag_assets.watch import run_watch, watch_niceness
+    specs = load_specs(settings)
+    from mtrag_assets.app.watch import run_watch, watch_niceness
     niceness = watch_niceness()  # a bad MTRAG_WATCH_NICE is refused before anything starts
     from mtrag_resources.stores.neo4j_server import launch_local_server
     launch_local_server(settings)
@@ -397,7 +214,7 @@ def cmd_postgres(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from mtrag_assets.demo import run_demo
+    from mtrag_assets.app.demo import run_demo
     return run_demo(_settings())
 
 
@@ -410,17 +227,10 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's refusals as one line naming the input (and what is allowed), exit code 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS
     fmt = _HelpFormatter
-    parser = _Parser(prog="mtrag", description="Build and query mtrag's retrieval indexes.", formatter_class=fmt)
+    parser = OneLineParser(prog="mtrag", description="Build and query mtrag's retrieval indexes.", formatter_class=fmt)
     debug_help = "on an error, print the traceback (without it: one line and the exit code)"
     parser.add_argument("--debug", action="store_true", help=debug_help)
     common = argparse.ArgumentParser(add_help=False)
@@ -435,18 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("build", "materialise changed sources through Dagster and publish a generation",
                 "Materialise the changed sources through Dagster (each run shows in the UI) and publish "
                 "a generation; prints each stage as it starts and ends with its counts and seconds.")
-    p.add_argument("--source", action="append", metavar="ID",
-                   help="build only this source id of the sources file (repeatable; default: every changed source)")
-    p.add_argument("--force", action="store_true", help="rebuild every source even when nothing changed")
-    p.add_argument("--accept-quality-drop", action="store_true",
-                   help="publish even if the golden-query gate refuses the generation (recorded in the manifest)")
-    p.add_argument("--no-server", action="store_true",
-                   help="build in this process, and start no build server (MTRAG_BUILD_SERVER=off for one call)")
-    p.add_argument("--profile", metavar="NAME",
-                   help="build a shadow generation of every source with the overrides of this profile in "
-                        "profiles.yaml, into MTRAG_HOME/shadows/NAME; the live CURRENT is not touched (docs/shadow.md)")
+    add_build_arguments(p)
     p.set_defaults(func=cmd_build)
-    from mtrag_assets.shadow_cli import add_compare_parser
+    from mtrag_assets.app.shadow_cli import add_compare_parser
     add_compare_parser(command)
 
     p = command("build-server", "a long-lived process that runs `mtrag build` without its start-up cost",
@@ -543,57 +344,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _full_disk() -> str | None:
-    """MTRAG_HOME's path when the filesystem holding it has (almost) no free space left."""
-    import shutil
-    home = Settings.from_env().home
-    probe = next((p for p in (home, *home.parents) if p.exists()), None)
-    try:
-        return str(home) if probe is not None and shutil.disk_usage(probe).free < 1 << 20 else None
-    except OSError:
-        return None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mtrag_resources.core.errors import MtragError
     from mtrag_resources.core.gc_tuning import tune_gc
     tune_gc()
-    try:
-        return args.func(args)
-    except MtragError as exc:
-        # What mtrag refuses on purpose is one clear line and the error's exit code (2: bad input
-        # or configuration, 75: another build holds the source's lock, 1: anything else).
-        if args.debug:
-            traceback.print_exc()
-        print(f"mtrag: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except BrokenPipeError:
-        # `mtrag status | head`: the reader left; say nothing more (and not at exit either)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except KeyboardInterrupt:
-        print("mtrag: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen failure: one line unless --debug
-        if args.debug:
-            raise
-        full = _full_disk()
-        if full:  # SQLite says "disk I/O error" for what is a full disk: name the real cause
-            print(f"mtrag: No space left on device: the disk holding {full} is full "
-                  f"({type(exc).__name__}: {_one_line(exc)[:300]})", file=sys.stderr)
-            return 1
-        print(f"mtrag: internal error: {type(exc).__name__}: {_one_line(exc)} (run with --debug for the traceback)",
-              file=sys.stderr)
-        return 1
+    return guarded(lambda: args.func(args), args.debug)
 
 
 def run() -> None:
-    """The `mtrag` command (console script, `python -m mtrag_assets.cli`): `main`, then an exit
+    """The `mtrag` command (console script, `python -m mtrag_assets.app.cli`): `main`, then an exit
     without the interpreter's teardown (core/process_exit.py, docs/performance.md#processes). Callers in
     a process that goes on (tests, the demo) use `main`, which returns the exit code."""
     from mtrag_resources.core.process_exit import exit_now

@@ -18,13 +18,13 @@ ROUTE_FROM = "GET /cart"  # data/samples/shop_web: a URL, its handler, what the 
 
 
 def run_demo(settings: Settings) -> int:
-    from mtrag_assets.cli import _load_specs
+    from mtrag_assets.app.build_command import load_specs
     from mtrag_resources.stores.neo4j_server import launch_local_server
     from mtrag_resources.serving.reader import IndexReader
     from mtrag_resources.serving.render import render_paths, render_query
 
     t0 = time.perf_counter()
-    specs = _load_specs(settings)
+    specs = load_specs(settings)
     launch_local_server(settings)
     from mtrag_assets.runner import run_build
     summary = run_build(settings, specs)

@@ -3,8 +3,8 @@ wire format). One process per MTRAG_HOME (a lock file), ready once its imports, 
 driver are loaded (each built source's memos are warmed between builds, one source at a time, so a
 build never waits for the whole warm-up), then one build at a time (a
 thread answers the socket: `status` and `stop` while a build runs; builds queue): each request runs
-`cli.main(["build", ...])` in this process with stdout and stderr relayed to the client, so a build
-through the server is the same Dagster runs, gate and output as one without.
+`mtrag build` (build_command.run_request) in this process with stdout and stderr relayed to the
+client, so a build through the server is the same Dagster runs, gate and output as one without.
 Runs carry this process's pid in their tags: a server killed mid-build leaves runs that the next
 build marks failed (runner.release_dead_runs) and markers it converges, as for a killed `mtrag
 build`. SIGTERM / SIGINT and `mtrag build-server stop` end it between builds; so does the idle
@@ -35,8 +35,9 @@ from mtrag_resources.publish.build_state import source_busy
 from mtrag_resources.stores.connect import close_kept_neo4j_drivers, close_parked_qdrant, forget_neo4j_schemas
 from mtrag_resources.stores.tables import table_exists
 
-from mtrag_assets import build_client
-from mtrag_assets.watch import KEEP_QDRANT_OPEN_S, LOOP_TICK_MS
+from mtrag_assets.app import build_client
+from mtrag_assets.app.build_command import BuildProcess, run_request
+from mtrag_assets.app.watch import KEEP_QDRANT_OPEN_S, LOOP_TICK_MS
 
 ACCEPT_POLL_S = 0.5  # how often the accept thread looks at the stop flag (the build loop: every LOOP_TICK_MS)
 REQUEST_TIMEOUT_S = 10.0  # a client has this long to send its request line
@@ -81,7 +82,7 @@ def warm(settings: Settings, log) -> list[tuple[list[str], Callable[[], None]]]:
     (the graph's rehearsals; the `mtrag build` that started the server may still run), which the
     server takes between requests: a build that comes meanwhile waits for one step at most, not
     for the whole warm-up."""
-    from mtrag_assets.cli import _load_specs
+    from mtrag_assets.app.build_command import load_specs
     from mtrag_assets.fast_lane import warm_up
     from mtrag_assets.resources import MtragResource
     from mtrag_assets.runner import dagster_instance
@@ -89,7 +90,7 @@ def warm(settings: Settings, log) -> list[tuple[list[str], Callable[[], None]]]:
     from mtrag_resources.stages.cross_source_links import keep_link_resolutions
     from mtrag_resources.stores.connect import keep_neo4j_drivers
     from mtrag_resources.stores.neo4j_server import launch_local_server
-    specs = _load_specs(settings)
+    specs = load_specs(settings)
     launch_local_server(settings)
     dagster_instance(settings, log=log)
     MtragResource().embedder().encode(["mtrag build server warm-up"])
@@ -137,11 +138,10 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     t0 = time.monotonic()
-    from mtrag_assets import cli
-    cli.BUILD_TAGS["mtrag/build_server"] = str(os.getpid())  # the UI filters the server's runs by it
-    # The embedded Qdrant stays open from one build to the next (an opening is a build's fixed cost),
-    # as in the watch: closed once another process waits for its lock, or after KEEP_QDRANT_OPEN_S.
-    cli.KEEP_QDRANT_OPEN = True
+    # Its runs carry its pid (the UI filters the server's runs by it); the embedded Qdrant stays open
+    # from one build to the next (an opening is a build's fixed cost), as in the watch: closed once
+    # another process waits for its lock, or after KEEP_QDRANT_OPEN_S.
+    process = BuildProcess(tags={"mtrag/build_server": str(os.getpid())}, keep_qdrant=True)
     warm_steps = warm(settings, log)
     key, parts = build_client.server_key(settings), build_client.server_key_parts(settings)
     path = build_client.socket_path(settings)
@@ -178,7 +178,7 @@ def serve(settings: Settings, idle_timeout_s: float, log=print) -> int:
                 counts["builds"] += 1
                 counts["building"] = True
                 try:
-                    _build(conn, request, log)
+                    _build(conn, request, process, log)
                 finally:
                     counts["building"] = False
                     counts["last"] = time.monotonic()
@@ -292,12 +292,11 @@ def _request(conn: socket.socket) -> dict | None:
     return request if isinstance(request, dict) else None
 
 
-def _build(conn: socket.socket, request: dict, log) -> None:
+def _build(conn: socket.socket, request: dict, process: BuildProcess, log) -> None:
     """`mtrag build --no-server <argv>` in this process, its output relayed. A client found gone
     when its turn comes (interrupted while it waited) gets no build; one that leaves later gets
     it, its output dropped."""
-    from mtrag_assets.cli import main
-    argv = ["build", "--no-server", *[str(a) for a in request.get("argv", [])]]
+    argv = [str(a) for a in request.get("argv", [])]
     try:
         build_client.send_line(conn, {"accepted": os.getpid()})
     except OSError:
@@ -313,16 +312,13 @@ def _build(conn: socket.socket, request: dict, log) -> None:
             os.chdir(request.get("cwd") or here)
         except OSError:
             pass
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse's refusal (a client of another version)
-            code = exc.code if isinstance(exc.code, int) else 2
+        code = run_request(argv, process)
     finally:
         sys.stdout, sys.stderr = saved
         os.chdir(here)
     if code != 0:  # an index dropped under the server, say: checked again before the next write
         forget_neo4j_schemas()
-    log(f"build {' '.join(argv[2:]) or '(all changed sources)'}: exit {code} in {time.monotonic() - t0:.2f} s"
+    log(f"build {' '.join(argv) or '(all changed sources)'}: exit {code} in {time.monotonic() - t0:.2f} s"
         + (" (the client left before the end)" if out.gone or err.gone else ""))
     try:
         build_client.send_line(conn, {"exit": code})

@@ -307,7 +307,7 @@ def _spawn(settings: Settings, idle_timeout_s: float) -> subprocess.Popen:
     log = log_path(settings)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "mtrag_assets.cli", "build-server", "run",
+        return subprocess.Popen([sys.executable, "-m", "mtrag_assets.app.cli", "build-server", "run",
                                  "--idle-timeout", str(idle_timeout_s)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=os.getcwd())

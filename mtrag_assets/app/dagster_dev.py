@@ -1,4 +1,4 @@
-"""`python -m mtrag_assets.dagster_dev [dagster dev options]`: the Dagster UI and daemon
+"""`python -m mtrag_assets.app.dagster_dev [dagster dev options]`: the Dagster UI and daemon
 (`dagster dev -w workspace.yaml`, the options passed on), ended within seconds by Ctrl-C or
 SIGTERM.
 
