@@ -54,7 +54,7 @@ def server_argv(args) -> list[str]:
             + ["--accept-quality-drop"] * args.accept_quality_drop + ["--debug"] * bool(args.debug))
 
 
-def cmd_build(args, process: "BuildProcess | None" = None) -> int:
+def cmd_build(args, process: BuildProcess | None = None) -> int:
     """`mtrag build`; `process`: what the process running it keeps between builds (ONE_SHOT: nothing)."""
     from mtrag_assets.interrupts import signals_seen
     with signals_seen() as last_signal:
@@ -84,7 +84,7 @@ def _interrupted(code: int) -> int:
     return code
 
 
-def _build(args, process: "BuildProcess") -> int:
+def _build(args, process: BuildProcess) -> int:
     settings = Settings.from_env().ensure()
     if args.profile:  # a shadow generation (docs/shadow.md): built in this process, never by the build server
         from mtrag_assets.app.shadow_cli import build_profile
@@ -130,8 +130,8 @@ def checked_specs(settings: Settings, args):
     return specs
 
 
-def build_here(settings: Settings, args, specs) -> int:
-    """The build in this process, of the specs _checked_specs gave."""
+def build_here(settings: Settings, args, specs, process: BuildProcess | None = None) -> int:
+    """The build in this process, of the specs checked_specs gave; `process`: as for cmd_build."""
     t0 = time.perf_counter()
     known_changes = None
     if not args.source and not args.force:
@@ -196,7 +196,7 @@ def _nothing_changed(failing: dict[str, str], t0: float, said: bool = False, set
     return 1
 
 
-def _run_build_or_refusal(settings, specs, args, process: "BuildProcess", known_changes=None) -> dict:
+def _run_build_or_refusal(settings, specs, args, process: BuildProcess, known_changes=None) -> dict:
     """The build; what mtrag refused inside a step (the golden-query gate's refusal, a bad
     `pip_sdist` pin, ...) is reported as that error (one clear message and its exit code) rather
     than as Dagster's step failure around it. Dagster's console log stays silent unless --debug:
