@@ -49,7 +49,8 @@ def test_full_build_publishes_every_store_and_rebuild_embeds_nothing(mtrag_env):
     # the manifest's counts (from the chunk table's role column) are the table's
     assert manifest["sources"]["shop"]["counts"] == {
         "chunks": len(rows), "children": len(children), "parents": sum(r["role"] == "parent" for r in rows),
-        "files": manifest["sources"]["shop"]["counts"]["files"]}
+        "files": manifest["sources"]["shop"]["counts"]["files"],
+        "multilingual": sum(r["role"] == "child" and r["script"] == "cjk" for r in rows)}  # none: an English corpus
     assert manifest["sources"]["shop"]["counts"]["parents"] > 0
     assert latest_metadata("embedding_cache", "shop")["embedded"] == len({r["content_hash"] for r in children})
     assert {"CALLS", "DEFINES", "INHERITS"} <= set(counts["neo4j"]["relationships"])
@@ -207,23 +208,23 @@ def test_links_reuse_the_symbol_index_while_the_code_side_is_unchanged(mtrag_env
 
     build()
     s = settings()
-    index = csl._INDEX_MEMO[1]
+    index = csl._INDEX_MEMO["last"][1]
     before = len(read_rows(s.links_table))
     (mtrag_env["docs"] / "coupons.md").write_text("# Coupons\n\nApplied before :func:`shopcart.tax.apply_tax`.\n")
     build()
-    assert csl._INDEX_MEMO[1] is index  # the docs changed, the code's entities did not
+    assert csl._INDEX_MEMO["last"][1] is index  # the docs changed, the code's entities did not
     assert len(read_rows(s.links_table)) == before + 1
     # the run's links stage resolved the new file's references alone and kept every other link
     # (stages/links_state.py), as a fresh `mtrag build` process does
     meta = latest_metadata("cross_source_links")
     assert (meta["files_resolved"], meta["links_reused"]) == (1, before)
     assert [r["rel_id"] for r in read_rows(s.links_table)] == fresh_links()
-    index = csl._INDEX_MEMO[1]
+    index = csl._INDEX_MEMO["last"][1]
     tax = mtrag_env["pkg"] / "tax.py"
     tax.write_text(tax.read_text() + '\n\ndef tax_free(amount: float) -> float:\n    """No tax."""\n    return amount\n')
     (mtrag_env["docs"] / "coupons.md").write_text("# Coupons\n\nSee :func:`shopcart.tax.tax_free`.\n")
     build()
-    assert csl._INDEX_MEMO[1] is not index  # a new function: a new index, which resolves it
+    assert csl._INDEX_MEMO["last"][1] is not index  # a new function: a new index, which resolves it
     assert latest_metadata("cross_source_links")["links_reused"] == 0  # every reference resolved again
     links = read_rows(s.links_table)
     assert any(r["dst_id"].endswith("tax_free") for r in links)
