@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtrag_resources.core.errors import ConfigError
 from mtrag_resources.core.layout import HomeLayout
 from mtrag_resources.core.real_paths import resolved
 
@@ -85,6 +86,19 @@ def env(name: str, default: str = "") -> str:
     if name not in ENVIRONMENT:
         raise KeyError(f"{name} is not declared in mtrag_resources.core.config.ENVIRONMENT")
     return os.environ.get(name) or default
+
+
+def env_float(name: str, default: float, high: float, what: str) -> float:
+    """The variable as a number above 0 and at most `high` (`default` when unset); anything else
+    is a ConfigError naming the variable, its value and `what` it should be."""
+    raw = env(name, str(default))
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= high:
+        raise ConfigError(f"{name}={raw!r}: {what}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 
-from mtrag_resources.core.config import env
+from mtrag_resources.core.config import env, env_float
 from mtrag_resources.core.errors import ConfigError
 
 READ_DEADLINE_S = 10.0
@@ -25,14 +25,7 @@ WAITING_PER_CLIENT = 64
 
 def read_deadline_from_env() -> float:
     """MTRAG_HTTP_READ_DEADLINE_S: seconds to read a request's head and body (default 10)."""
-    raw = env("MTRAG_HTTP_READ_DEADLINE_S", str(READ_DEADLINE_S))
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 3600:
-        raise ConfigError(f"MTRAG_HTTP_READ_DEADLINE_S={raw!r}: not a number of seconds from 0 to 3600")
-    return value
+    return env_float("MTRAG_HTTP_READ_DEADLINE_S", READ_DEADLINE_S, 3600, "not a number of seconds from 0 to 3600")
 
 
 def connections_per_client_from_env() -> int:

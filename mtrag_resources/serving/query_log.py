@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from mtrag_resources.core.config import env
+from mtrag_resources.core.config import env, env_float
 from mtrag_resources.core.errors import ConfigError
 from mtrag_resources.publish.golden import DEFAULT_MIN_RECALL, GoldenFile, GoldenQuery
 
@@ -30,13 +30,7 @@ class QueryLog:
         path = env("MTRAG_QUERY_LOG")
         if not path:
             return None
-        raw = env("MTRAG_QUERY_LOG_MAX_MB") or str(DEFAULT_MAX_MB)
-        try:
-            max_mb = float(raw)
-        except ValueError:
-            max_mb = -1.0
-        if not 0 < max_mb <= 100_000:
-            raise ConfigError(f"MTRAG_QUERY_LOG_MAX_MB={raw!r}: expected a size in MB above 0")
+        max_mb = env_float("MTRAG_QUERY_LOG_MAX_MB", DEFAULT_MAX_MB, 100_000, "expected a size in MB above 0")
         log = cls(Path(path), int(max_mb * 1024 * 1024))
         try:
             log.path.parent.mkdir(parents=True, exist_ok=True)
