@@ -1,5 +1,5 @@
 """Function length in the product code: issue #55 asks for no function over ~80 lines without a
-reason written beside it. These are the ones that are longer today, each with its length; the
+reason written beside it. KNOWN lists the ones longer than that, each with its length; the
 test fails on a new one, and on one that grew by more than a few lines or shrank below the bound
 (then it leaves the list), so the list always names what remains to split."""
 from __future__ import annotations
@@ -16,9 +16,7 @@ PACKAGES = ("mtrag_resources", "mtrag_assets")
 MAX_LINES = 80
 SLACK = 10  # a fix inside a listed function may add a few lines
 
-KNOWN = {
-    "mtrag_assets/app/cli.py:build_parser": 119,
-}
+KNOWN: dict[str, int] = {}  # none left: a function over MAX_LINES is split, or says why beside it
 
 
 def long_functions(root: Path = ROOT) -> dict[str, int]:

@@ -228,7 +228,6 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS
     fmt = _HelpFormatter
     parser = OneLineParser(prog="mtrag", description="Build and query mtrag's retrieval indexes.", formatter_class=fmt)
     debug_help = "on an error, print the traceback (without it: one line and the exit code)"
@@ -242,6 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=description or help, formatter_class=fmt,
                               parents=[common])
 
+    _add_build_commands(command)
+    _add_read_commands(command)
+    _add_server_commands(command)
+    return parser
+
+
+def _add_build_commands(command) -> None:
+    """build, compare, build-server, watch."""
     p = command("build", "materialise changed sources through Dagster and publish a generation",
                 "Materialise the changed sources through Dagster (each run shows in the UI) and publish "
                 "a generation; prints each stage as it starts and ends with its counts and seconds.")
@@ -254,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "One process per MTRAG_HOME that pays a build's fixed costs once (imports, the embedder, the "
                 "stages' memos, the Neo4j driver) and then runs each `mtrag build` of this home: the same "
                 "Dagster runs, gate and output, streamed to the calling command. `mtrag build` uses it when one "
-                "runs for the same code and settings, else builds in its own process and then starts one in the "
+                "runs for the same code and settings, else builds in its own process and starts one in the "
                 "background for the next build (MTRAG_BUILD_SERVER=auto, the default; `use`: never starts one, "
                 "`off`: never uses one). It leaves after --idle-timeout seconds without a build (15 min when "
                 "`mtrag build` started it), or when its home is deleted. Its log: MTRAG_HOME/build-server.log.")
@@ -275,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="watch only this folder source id (repeatable; default: every folder source)")
     p.set_defaults(func=cmd_watch)
 
+
+def _add_read_commands(command) -> None:
+    """query, paths, status."""
+    from mtrag_resources.serving.requests import KINDS, MAX_K, MAX_QUERY_BYTES, MAX_SOURCES, MODES, PATH_RELATIONS
     p = command("query", "query the published generation",
                 "Hybrid retrieval over the published generation: ranked hits, the doc-to-code bridge, "
                 "and the stale channels. Exit 2 for a refused argument, 1 when nothing is published.")
@@ -314,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=cmd_status)
 
+
+def _add_server_commands(command) -> None:
+    """serve, mcp, neo4j, postgres, demo."""
     p = command("serve", "HTTP: POST /v1/query, POST /v1/paths, GET /v1/status, GET /healthz")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; other than loopback needs MTRAG_API_KEY")
@@ -341,7 +355,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("demo", "build the demo sources, publish, and print real answers")
     p.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
