@@ -37,7 +37,9 @@ SCOPE = [
     *(str(p.relative_to(REPO)) for p in sorted((REPO / "mtrag_resources/core").glob("*.py"))
       if p.name != "versions.py"),
     *(f"mtrag_resources/serving/{name}.py" for name in (
-        "bundles", "fusion", "query_text", "ranker", "translation", "results", "golden", "shared_lock")),
+        "bundles", "fusion", "query_text", "ranker", "translation", "results", "golden", "shared_lock",
+        "generations", "graph_connection", "graph_queries", "query_embedding", "query_flow", "recall",
+        "reader_gate", "compare", "query_log")),
 ]
 FILES = comment_figures.python_files(SCOPE)
 _DOC_REFERENCE = re.compile(r"docs/([\w-]+\.md)(?:#([\w-]+))?")

@@ -1,7 +1,7 @@
 """`mtrag compare A B`: the same queries through the same reader code against two published
 generations (the live home, or a shadow home), side by side: per query the rank of each expected
 item on each side, the overlap of the two top k and the latency; overall recall@k, MRR and p50/p95
-latency, and the queries that got worse on B, worst first. docs/shadow.md#compare."""
+latency, and the queries that got worse on B, worst first. docs/shadow.md#commands."""
 from __future__ import annotations
 
 import contextlib

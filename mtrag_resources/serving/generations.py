@@ -29,8 +29,8 @@ from mtrag_resources.stores.qdrant_folder import unchanged_collections
 # A switch to a new generation that failed (a full disk, a store that will not open) is tried again
 # after this long; the loaded generation serves meanwhile.
 SWITCH_RETRY_S = 2.0
-# How often a long-lived reader looks at CURRENT (a stat, ~10 us of the GIL): a published change is
-# served within it (0.05 s was ~30 ms of a Django watch edit's ~1 s until it is served).
+# How often a long-lived reader looks at CURRENT (a stat): a published change is served within it,
+# and a longer poll was a visible share of a watch edit's wait (docs/performance.md#serving).
 SWITCH_POLL_S = 0.02
 # How long a switch waits for a moment with no query in flight before it loads a changed collection
 # anyway (under a load that never pauses).
@@ -39,8 +39,8 @@ SWITCH_QUIET_WAIT_S = 0.25
 
 def _warm_vectors(qdrant, manifest: dict, skip: set[str] = frozenset()) -> None:
     """One search in each of the new generation's collections before the swap, in the switch
-    thread: the first query on a freshly opened Edge shard paid its page faults (the first query
-    after a switch took 135 ms against ~26 ms, bench/scale.py on Django). Best effort. `skip`:
+    thread: the first query on a freshly opened Edge shard paid its page faults
+    (docs/performance.md#serving). Best effort. `skip`:
     collections whose shard served before (adopted): warm already."""
     if qdrant is None:
         return
@@ -177,12 +177,11 @@ class Generations:
         """(stores, adopted, prepared) of the generation `manifest` names, opened beside the
         loaded one."""
         # The graph is one server whatever the generation: a live connection goes on
-        # serving the new one (a new driver, handshake and markers read per switch was
-        # ~20-50 ms of it); only a reader without one connects.
+        # serving the new one (a new driver, handshake and markers read per switch were a
+        # large part of it); only a reader without one connects.
         graph = None if first_load else self.graph.live()
         # Collections whose points this generation did not change go on being served by
-        # the loaded shards: loading one holds the GIL (~40-100 ms a collection at
-        # django's size), and every query waits that long
+        # the loaded shards: loading one holds the GIL, and every query waits that long
         adopted = {} if first_load or not manifest else self._adoptable(manifest)
         prepared = self._take_prefetched(manifest)
         if prepared is not None:
@@ -225,7 +224,7 @@ class Generations:
             self.manifest, self._loaded_stamp = manifest, stamp
         if first_load and self.watching.is_set():  # a query may be waiting: read on the side
             self._side_pool.submit(self._read_through, stores[1])
-        # closing flushes and unmaps the old generation (~0.4 s at 20k points): not a query's wait
+        # closing flushes and unmaps the old generation, which takes long: not a query's wait
         threading.Thread(target=self._close, args=(old,), daemon=True, name="mtrag-reader-close").start()
 
     def _read_through(self, folder: str | None, skip: set[str] = frozenset()) -> None:
@@ -354,8 +353,8 @@ class Generations:
         """A serving reader opens the embedded Qdrant version a publish made as soon as the
         `qdrant-published` link names it: the publishing stage makes the version before its gate
         reads the stores and writes the manifest, so the switch that follows finds it linked,
-        its changed collections loaded and warm (at django, ~60-100 ms of a switch beside a
-        running watch). Only what a manifest names is served: a version the next manifest does
+        its changed collections loaded and warm (a share of a switch beside a running watch:
+        docs/performance.md#serving). Only what a manifest names is served: a version the next manifest does
         not name is closed then (_take_prefetched). Called by the switch thread alone."""
         if not self.watching.is_set() or self.manifest is None or self.settings.qdrant_url \
                 or self._manifest_override is not None or self.stopped.is_set():

@@ -91,14 +91,14 @@ class QueryEmbedders:
         from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
         with self._lock:
             # one thread per query: requests run in parallel threads, and one short text
-            # gains nothing from splitting (measured: p50 22 ms vs 92 ms with 2 on a busy box)
+            # gains nothing from splitting (docs/performance.md#serving)
             config = EmbedderConfig.from_env(threads=1)
             if not env("MTRAG_EMBED_BACKEND") and config.device.startswith("cpu"):
                 # unset: embed queries the way the published generation embedded its chunks
                 config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
             if self._embedder is None or self._embedder.config.backend != config.backend:
                 self._embedder = Embedder(config)
-        fp = self._embedder.fingerprint  # cached: what the loaded model is (the files' state re-read cost ~1.3 ms a query)
+        fp = self._embedder.fingerprint  # cached: what the loaded model is (not its files' state, read again per query)
         keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt", "vectors")
         fp, expected = _with_vector_kind(fp), _with_vector_kind(expected)
         diff = {k: (fp.get(k), expected.get(k)) for k in keys if fp.get(k) != expected.get(k)}
