@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +56,23 @@ def write_json(path: str | None, data: dict) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text + "\n")
+
+
+@contextmanager
+def built_reader(home: Path, env: dict):
+    """`mtrag build` of `home` (what is left to build, if anything), then an in-process reader on it
+    under `env`; the reader closed and the home's Neo4j stopped after, also after an error."""
+    try:
+        run_mtrag(["build"], env)
+        os.environ.update(env)
+        from mtrag_resources.serving.reader import IndexReader
+        reader = IndexReader(home=str(home), log_proposals=False)
+        try:
+            yield reader
+        finally:
+            reader.close()
+    finally:
+        stop_neo4j(env)
 
 
 def stop_neo4j(env: dict) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -38,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.common import REPO, fetch_sdist, mtrag_env, run_mtrag, stop_neo4j, wipe_work, write_json  # noqa: E402
+from bench.common import REPO, built_reader, fetch_sdist, mtrag_env, wipe_work, write_json  # noqa: E402
 from bench.eval import xling  # noqa: E402
 from bench.eval.calibrate import OFF_TOPIC  # noqa: E402
 from bench.eval.run import PACKAGES, gold_match, prepare  # noqa: E402
@@ -96,8 +95,12 @@ class Recording:
 
     def __init__(self) -> None:
         self.last = None
-        self.inner = query_flow._honesty
-        query_flow._honesty = self
+        self.inner = None
+
+    def install(self) -> None:
+        if self.inner is None:
+            self.inner = query_flow._honesty
+            query_flow._honesty = self
 
     def __call__(self, text, hits, exact_found, ml_cosines):
         exact, said = self.inner(text, hits, exact_found, ml_cosines)
@@ -108,24 +111,19 @@ class Recording:
 RECORDING = Recording()
 
 
-def ask(reader, recording: Recording, text: str, kind: str | None) -> tuple[dict, dict | None]:
-    recording.last = None
+def ask(reader, text: str, kind: str | None) -> tuple[dict, dict | None]:
+    """The reader's answer and what RECORDING kept of it (None for an answer without a hit)."""
+    RECORDING.install()
+    RECORDING.last = None
     result = reader.query(text, k=10, kind=kind)
-    return result, recording.last
+    return result, RECORDING.last
 
 
-def open_reader(home: Path, env: dict):
-    os.environ.update(env)
-    from mtrag_resources.serving.reader import IndexReader
-    reader = IndexReader(home=str(home), log_proposals=False)
-    return reader, RECORDING
-
-
-def off_topic(reader, recording, group: str) -> list[dict]:
+def off_topic(reader, group: str) -> list[dict]:
     out = []
     for q in OFF_TOPIC:
         for kind in (None, "code"):
-            _, rec = ask(reader, recording, q, kind)
+            _, rec = ask(reader, q, kind)
             if rec and rec["features"]:
                 out.append({"group": group, "set": "off_topic", "query": q, "right": False, **rec})
     return out
@@ -144,26 +142,19 @@ def record_package(name: str, work: Path, args) -> list[dict]:
         prepared = prepare(name, work, args)
     env, imports = prepared["env"], PACKAGES[name]["imports"]
     out = []
-    try:
-        run_mtrag(["build"], env)
-        reader, recording = open_reader(prepared["home"], env)
-        try:
-            for set_name in SETS:
-                for q in prepared["sets"].get(set_name, []):
-                    if is_identifier_query(q["query"]):
-                        continue
-                    result, rec = ask(reader, recording, q["query"], "code")
-                    if not rec or not rec["features"]:
-                        continue
-                    hits = result["hits"]  # each item access of a result builds its list anew
-                    right = bool(hits and hits[0]["source_kind"] == "code"
-                                 and gold_match(hits[0].get("symbol") or "", q["gold"], imports))
-                    out.append({"group": name, "set": set_name, "query": q["query"], "right": right, **rec})
-            out += off_topic(reader, recording, name)
-        finally:
-            reader.close()
-    finally:
-        stop_neo4j(env)
+    with built_reader(prepared["home"], env) as reader:
+        for set_name in SETS:
+            for q in prepared["sets"].get(set_name, []):
+                if is_identifier_query(q["query"]):
+                    continue
+                result, rec = ask(reader, q["query"], "code")
+                if not rec or not rec["features"]:
+                    continue
+                hits = result["hits"]  # each item access of a result builds its list anew
+                right = bool(hits and hits[0]["source_kind"] == "code"
+                             and gold_match(hits[0].get("symbol") or "", q["gold"], imports))
+                out.append({"group": name, "set": set_name, "query": q["query"], "right": right, **rec})
+        out += off_topic(reader, name)
     print(f"[confidence] {name}: {len(out)} answers recorded", flush=True)
     return out
 
@@ -176,23 +167,18 @@ def record_xling(work: Path, sdists: Path) -> list[dict]:
     else:
         home, env, _ = xling.build_home(work, roots)
     out = []
-    try:
-        run_mtrag(["build"], env)
-        reader, recording = open_reader(home, env)
-        try:
-            for q in qs:
-                for lang in ("zh", "en"):
-                    result, rec = ask(reader, recording, q[lang], None)
-                    if not rec or not rec["features"] or is_identifier_query(q[lang]):
-                        continue
-                    first, _ = xling.judge(result["hits"], q, symbols, sections)
-                    out.append({"group": q["package"], "set": f"xling_{lang}", "query": q[lang],
-                                "right": first == 0, **rec})
-            out += off_topic(reader, recording, "xling")
-        finally:
-            reader.close()
-    finally:
-        stop_neo4j(env)
+    with built_reader(home, env) as reader:
+        for q in qs:
+            for lang in ("zh", "en"):
+                if is_identifier_query(q[lang]):  # the exact lookup decides those
+                    continue
+                result, rec = ask(reader, q[lang], None)
+                if not rec or not rec["features"]:
+                    continue
+                first, _ = xling.judge(result["hits"], q, symbols, sections)
+                out.append({"group": q["package"], "set": f"xling_{lang}", "query": q[lang],
+                            "right": first == 0, **rec})
+        out += off_topic(reader, "xling")
     print(f"[confidence] xling: {len(out)} answers recorded", flush=True)
     return out
 

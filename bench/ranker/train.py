@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import REPO, run_mtrag, stop_neo4j, wipe_work, write_json  # noqa: E402
+from bench.common import REPO, built_reader, wipe_work, write_json  # noqa: E402
 from bench.eval.run import PACKAGES, gold_match, prepare  # noqa: E402
 from mtrag_resources.serving import ranker as ranker_mod  # noqa: E402
 
@@ -52,28 +51,19 @@ def record(name: str, work: Path, args) -> list[dict]:
     prepared = prepare(name, work, args)
     env, sets, imports = prepared["env"], prepared["sets"], PACKAGES[name]["imports"]
     out = []
-    try:
-        run_mtrag(["build"], env)
-        os.environ.update(env)
-        from mtrag_resources.serving.reader import IndexReader
-        reader = IndexReader(home=str(prepared["home"]), log_proposals=False)
+    with built_reader(prepared["home"], env) as reader:
         recorder = Recorder()
         reader._core().ranker = recorder
-        try:
-            for set_name, kind in SETS:
-                for q in sets.get(set_name, []):
-                    recorder.last = None
-                    reader.query(q["query"], k=K, kind=kind)
-                    if recorder.last is None:
-                        continue
-                    head = recorder.last
-                    labels = [int(gold_match(s, q["gold"], imports)) for s in head["symbols"]]
-                    out.append({"package": name, "set": set_name, "query": q["query"], "labels": labels,
-                                "code": head["code"], "features": head["features"]})
-        finally:
-            reader.close()
-    finally:
-        stop_neo4j(env)
+        for set_name, kind in SETS:
+            for q in sets.get(set_name, []):
+                recorder.last = None
+                reader.query(q["query"], k=K, kind=kind)
+                if recorder.last is None:
+                    continue
+                head = recorder.last
+                labels = [int(gold_match(s, q["gold"], imports)) for s in head["symbols"]]
+                out.append({"package": name, "set": set_name, "query": q["query"], "labels": labels,
+                            "code": head["code"], "features": head["features"]})
     print(f"[ranker] {name}: {len(out)} questions recorded", flush=True)
     return out
 
