@@ -32,16 +32,22 @@ def _reader(settings: Settings | None = None):
     return IndexReader(home=str((settings or _settings()).home))
 
 
+def _show(result, as_json: bool, render: str) -> None:
+    """A read command's answer: as JSON (the HTTP API's shape), or as text (serving/render.py's
+    function named `render`, imported only then)."""
+    if as_json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
+    else:
+        from mtrag_resources.serving import render as text
+        print(getattr(text, render)(result))
+
+
 def cmd_query(args) -> int:
     from mtrag_resources.serving.requests import check_query
     check_query(args.text, args.k, args.kind, args.mode, args.source)  # bad input first, before any store opens
     reader = _reader(_published_settings())
     result = reader.query(args.text, k=args.k, kind=args.kind, mode=args.mode, sources=args.source)
-    if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
-    else:
-        from mtrag_resources.serving.render import render_query
-        print(render_query(result))
+    _show(result, args.json, "render_query")
     return 0
 
 
@@ -55,22 +61,15 @@ def cmd_paths(args) -> int:
                           max_hops=args.max_hops)
     from mtrag_resources.serving.requests import check_known_symbols
     check_known_symbols(reader, result, {"from": args.from_name, "to": args.to}, option_prefix="--")
-    if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
-    else:
-        from mtrag_resources.serving.render import render_paths
-        print(render_paths(result))
+    _show(result, args.json, "render_paths")
     return 0
 
 
 def cmd_status(args) -> int:
     settings = _published_settings()
     result = _reader(settings).status()
-    if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
-    else:
-        from mtrag_resources.serving.render import render_status
-        print(render_status(result))
+    _show(result, args.json, "render_status")
+    if not args.json:
         from mtrag_assets.app import build_client  # a build server `mtrag build` left running is said too
         server = build_client.status(settings)
         if server.get("running") or server.get("starting"):
