@@ -113,8 +113,58 @@ def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_
         markdown = (out / "compare.md").read_text()
         assert "| id" in markdown and "cart-total" in markdown and "## Summary" in markdown
         assert current_path(live.manifest_dir).read_bytes() == current
+        _cut_over_and_back(live, shadow, before, mtrag_env["docs"], tmp_path)
     finally:
         Neo4jServer(Settings(home=shadow)).stop()
+
+
+def _manifest(settings: Settings) -> dict:
+    return json.loads((settings.manifest_dir / current_path(settings.manifest_dir).read_text().strip()).read_text())
+
+
+def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: Path, tmp_path: Path) -> None:
+    """`mtrag cutover` serves the shadow's stores with its profile as live generation 2; `mtrag
+    rollback` serves generation 1's again as 3; after a second cut-over, a live build keeps
+    building and serving the profile, and there is no cut-over left to roll back."""
+    cut = mtrag("cutover", "fts-heavy")
+    assert cut.returncode == 0, cut.stdout + cut.stderr
+    assert "cut over: live generation 2 is fts-heavy's generation 1 (golden recall 1.000)" in cut.stdout
+    served = _manifest(live)
+    assert served["generation"] == 2 and served["stores_home"] == str(shadow)
+    assert served["cutover"]["previous"] == 1 and served["quality"]["recall"] == 1.0
+    assert served["serving"] == {"profile": "fts-heavy", "fusion": {"dense": 0.25, "fts": 4.0},
+                                 "environment": {"MTRAG_RANKER": "off"}}
+    after = _answers()
+    assert all(a["generation"] == 2 and a["stale"] == [] for a in after)  # the live graph serves it too
+    status = mtrag("status")
+    assert "serving profile 'fts-heavy' (cut over; `mtrag rollback` restores generation 1)" in status.stdout
+    # the live reader now reads the shadow's stores with the profile's weights and ranker: the same top k
+    same = mtrag("compare", "live", "fts-heavy", "--out", str(tmp_path / "served"))
+    assert same.returncode == 0, same.stderr
+    rows = json.loads((tmp_path / "served" / "compare.json").read_text())["queries"]
+    assert [r["overlap"] for r in rows] == [1.0] * len(rows) and all(r["delta"] == 0 for r in rows)
+    refused = mtrag("build", "--profile", "fts-heavy")
+    assert refused.returncode == 2 and "served from fts-heavy's shadow stores" in refused.stderr
+
+    back = mtrag("rollback")
+    assert back.returncode == 0, back.stderr
+    assert "live generation 3 is generation 1 again" in back.stdout
+    restored = _manifest(live)
+    assert "stores_home" not in restored and "serving" not in restored and restored["rollback"]["from"] == 2
+    assert [{**a, "generation": 1} for a in _answers()] == before
+    again = mtrag("rollback")
+    assert again.returncode == 2 and "generation 3 is not a cut-over" in again.stderr
+
+    assert mtrag("cutover", "fts-heavy").returncode == 0
+    (docs / "notes.md").write_text("# Notes\n\nRounding happens to cents, half up.\n")
+    built = mtrag("build", "--no-server")
+    assert built.returncode == 0, built.stderr
+    rebuilt = _manifest(live)
+    assert rebuilt["generation"] == 5 and "stores_home" not in rebuilt and "cutover" not in rebuilt
+    assert rebuilt["serving"]["profile"] == "fts-heavy"  # a live build goes on serving the profile
+    assert all(a["generation"] == 5 and a["stale"] == [] for a in _answers())
+    late = mtrag("rollback")
+    assert late.returncode == 2 and "built after the cut-over of 'fts-heavy'" in late.stderr
 
 
 def _serve_and_ask(questions: list[str], **env: str) -> None:

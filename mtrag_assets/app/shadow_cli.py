@@ -31,7 +31,12 @@ def build_profile(args, live: Settings, specs, build_here) -> int:
     if args.source:
         from mtrag_resources.core.errors import ConfigError
         raise ConfigError("--profile builds every source (a shadow is a whole generation); drop --source")
+    from mtrag_resources.publish.cutover import serves_shadow
     live_generation = (load_current(live.manifest_dir) or {}).get("generation")
+    if serves_shadow(live, Settings(home=live.shadow_home(profile.name))) is not None:
+        from mtrag_resources.core.errors import ConfigError
+        raise ConfigError(f"live generation {live_generation} is served from {profile.name}'s shadow stores (a "
+                          "cut-over): a live `mtrag build` builds with its settings now, or `mtrag rollback` first")
     home, seeded = prepare(live, profile.as_dict())
     said = ", ".join(f"{n} {folder}" for folder, n in seeded.items())
     print(f"(shadow {profile.name}: building in this process into {home}"
@@ -103,3 +108,57 @@ def add_compare_parser(command) -> None:
                         "(*.jsonl, MTRAG_QUERY_LOG) whose questions are compared by overlap and latency")
     p.add_argument("--out", metavar="DIR", help="also write compare.json and compare.md into DIR")
     p.set_defaults(func=cmd_compare)
+
+
+def cmd_cutover(args) -> int:
+    """`mtrag cutover NAME`: the shadow's generation becomes the live one if the golden gate
+    passes on it, read with its profile (publish/cutover.py)."""
+    from mtrag_resources.publish import cutover
+    from mtrag_resources.publish.golden import load_golden
+    from mtrag_resources.core.errors import NotPublished
+    from mtrag_resources.serving.compare import Side, run_side
+    live = Settings.from_env()
+    profile, env = _profile(live, args.name)
+    shadow = Settings(home=live.shadow_home(args.name))
+    if not _published(shadow.home):
+        raise NotPublished(f"{args.name}: {shadow.home} has no published generation to cut over to; "
+                           f"run mtrag build --profile {args.name}")
+    side = Side(args.name, shadow.home, env, profile.fusion)
+    golden = load_golden(live.golden_file)
+    ranks = None
+    if golden is not None:
+        _, answers = run_side(side, golden.queries)
+        ranks = {q.id: q.rank(answers[q.id].hits) for q in golden.queries}
+    manifest = cutover.promote(live, shadow, cutover.serving_block(profile.as_dict(), env),
+                               golden, ranks, args.accept_quality_drop)
+    quality = manifest.get("quality")
+    said = f"golden recall {quality['recall']:.3f}" if quality else f"no golden file at {live.golden_file}"
+    print(f"cut over: live generation {manifest['generation']} is {args.name}'s generation "
+          f"{manifest['cutover']['shadow_generation']} ({said}); `mtrag rollback` restores generation "
+          f"{manifest['cutover']['previous']}")
+    return 0
+
+
+def cmd_rollback(args) -> int:
+    from mtrag_resources.publish import cutover
+    manifest = cutover.rollback(Settings.from_env())
+    back = manifest["rollback"]
+    print(f"rolled back: live generation {manifest['generation']} is generation {back['restored']} again "
+          f"(the cut-over to {back['profile']!r}, generation {back['from']}, is no longer served)")
+    return 0
+
+
+def add_cutover_parsers(command) -> None:
+    p = command("cutover", "make a shadow's generation the live one, in one step",
+                "Publish the shadow of profile NAME (`mtrag build --profile NAME`) as the live home's next "
+                "generation, with the same atomic move of CURRENT as a build's publish, if the golden queries "
+                "pass the publish gate on it read with the profile's settings; later live builds build with "
+                "the profile. `mtrag rollback` undoes it. docs/shadow.md#cut-over.")
+    p.add_argument("name", metavar="NAME", help="the profile whose shadow becomes live")
+    p.add_argument("--accept-quality-drop", action="store_true",
+                   help="cut over even if the golden-query gate refuses (the drop is recorded in the manifest)")
+    p.set_defaults(func=cmd_cutover)
+    p = command("rollback", "undo the cut-over the live home serves",
+                "Publish again the generation the served cut-over replaced (only while CURRENT is the "
+                "cut-over itself). docs/shadow.md#cut-over.")
+    p.set_defaults(func=cmd_rollback)

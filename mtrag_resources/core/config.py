@@ -6,6 +6,7 @@ Values are read when asked for, not at import, so a test or a bench that sets a 
 importing mtrag still gets what it set."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from mtrag_resources.core.errors import ConfigError
 from mtrag_resources.core.layout import HomeLayout
 from mtrag_resources.core.real_paths import resolved
+from mtrag_resources.core.session import session_cache
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,52 @@ ENVIRONMENT: dict[str, Variable] = {
 }
 
 
+# What a cut-over profile sets for the home it serves (publish/cutover.py): the published manifest's
+# `serving.environment` answers these where the process environment does not, so every build of
+# that home (CLI, build server, schedule, watch) embeds as the generation it serves was embedded.
+SERVED_VARIABLES = ("MTRAG_EMBED_MODEL", "MTRAG_EMBED_BACKEND", "MTRAG_EMBED_DEVICE")
+
+
 def env(name: str, default: str = "") -> str:
     """The variable's value ('' or `default` when unset or empty); only declared names."""
     if name not in ENVIRONMENT:
         raise KeyError(f"{name} is not declared in mtrag_resources.core.config.ENVIRONMENT")
-    return os.environ.get(name) or default
+    value = os.environ.get(name)
+    if not value and name in SERVED_VARIABLES:
+        value = served_environment(resolved(os.environ.get("MTRAG_HOME") or "./data")).get(name)
+    return value or default
+
+
+def chosen(name: str) -> str:
+    """The variable as this process's environment sets it ('' when unset), never what a home serves:
+    a reader takes the rest from the manifest of the generation it has loaded."""
+    if name not in ENVIRONMENT:
+        raise KeyError(f"{name} is not declared in mtrag_resources.core.config.ENVIRONMENT")
+    return os.environ.get(name) or ""
+
+
+def served_environment(home: Path) -> dict[str, str]:
+    """The `serving.environment` of the manifest CURRENT names in `home` ({} if none), read again
+    only when CURRENT moved."""
+    pointer = Path(home) / "08-manifest" / "CURRENT"
+    try:
+        st = pointer.stat()
+    except OSError:
+        return {}
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    known = _SERVED.get(str(pointer))
+    if known is None or known[0] != stamp:
+        try:
+            manifest = json.loads((pointer.parent / pointer.read_text().strip()).read_text())
+            served = dict((manifest.get("serving") or {}).get("environment") or {})
+        except (OSError, ValueError):
+            served = {}
+        known = _SERVED[str(pointer)] = (stamp, served)
+    return known[1]
+
+
+# CURRENT's path -> (its stamp, what the manifest it names serves)
+_SERVED = session_cache("config.served_environment", max_entries=16)
 
 
 def env_float(name: str, default: float, high: float, what: str) -> float:

@@ -56,6 +56,13 @@ def _warm_vectors(qdrant, manifest: dict, skip: set[str] = frozenset()) -> None:
             continue
 
 
+def stores_settings(settings: Settings, manifest: dict | None) -> Settings:
+    """The home whose stores `manifest` names: another home's for a cut-over generation
+    (publish/cutover.py, `stores_home`), else the reader's own."""
+    home = (manifest or {}).get("stores_home")
+    return Settings(home=Path(home)) if home else settings
+
+
 class Generations:
     """Open stores for the currently published generation (or for `manifest_override`: the
     golden gate's candidate, which never reloads). `on_first_load(manifest)` runs when the first
@@ -287,7 +294,7 @@ class Generations:
             else:
                 qdrant, copy = self._open_qdrant(snapshot, adopted)
             try:
-                fts = open_fts(self.settings)
+                fts = open_fts(stores_settings(self.settings, manifest))
             except BaseException:
                 self._close((qdrant, copy, None, None))
                 raise

@@ -151,7 +151,8 @@ SCHEMAS: dict[str, dict] = {
                         "type": "object", "additionalProperties": _ref("StoreState")}},
                     "stale": _array(_ref("Stale")),
                     "quality": {"type": "object"}, "quality_refused": {"type": "object"},
-                    "fast_lane": {"type": "object", "description": "the last batch `mtrag watch` applied"}},
+                    "fast_lane": {"type": "object", "description": "the last batch `mtrag watch` applied"},
+                    "serving": {"type": "object", "description": "the shadow profile served since `mtrag cutover`"}},
                    ["generation", "sources", "stale"], "The JSON of `mtrag status --json`."),
 }
 

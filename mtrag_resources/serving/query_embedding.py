@@ -10,7 +10,7 @@ import contextlib
 import threading
 import time
 
-from mtrag_resources.core.config import env
+from mtrag_resources.core.config import chosen
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.scripts import is_cjk_query
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder
@@ -20,6 +20,8 @@ from mtrag_resources.serving.translation import QueryTranslator, Translation
 # what an English question asks of the Chinese chunks is in its first words.
 ML_QUERY_WORDS = 24
 ML_QUERY_CJK_CHARS = 128
+EMBEDDER_VARIABLES = (("model", "MTRAG_EMBED_MODEL"), ("device", "MTRAG_EMBED_DEVICE"),
+                      ("backend", "MTRAG_EMBED_BACKEND"))
 
 
 class EmbedderMismatch(MtragError, RuntimeError):
@@ -49,10 +51,10 @@ class QueryEmbedders:
         self._multilingual = None
         self.translator = QueryTranslator()        # a Chinese question's English words (loaded on first use)
 
-    def embed(self, text: str, expected: dict):
-        """(the query's vector by the embedder `expected` names, its milliseconds)."""
+    def embed(self, text: str, manifest: dict):
+        """(the query's vector by the embedder `manifest` names, its milliseconds)."""
         t0 = time.perf_counter()
-        return self.embedder_for(expected).encode([text])[0], ms_since(t0)
+        return self.embedder_for(manifest).encode([text])[0], ms_since(t0)
 
     def embed_multilingual(self, text: str):
         """(the query's vector in the multilingual space, its milliseconds)."""
@@ -85,18 +87,26 @@ class QueryEmbedders:
         stores open (a one-shot `mtrag query` otherwise loads it after them). A failure here is
         the first query's to report, so it is not raised."""
         with contextlib.suppress(Exception):
-            self.embedder_for(manifest["embedder"]).model  # noqa: B018 - loads the model files
+            self.embedder_for(manifest).model  # noqa: B018 - loads the model files
 
-    def embedder_for(self, expected: dict):
-        from mtrag_resources.embedding.embedder import Embedder, EmbedderConfig
+    def embedder_for(self, manifest: dict):
+        """The query embedder of `manifest`'s generation: this process's MTRAG_EMBED_* where set,
+        else what the manifest serves (a cut-over profile's), else the defaults."""
+        from mtrag_resources.embedding.embedder import DEFAULT_MODEL, Embedder, EmbedderConfig
+        expected = manifest["embedder"]
+        served = (manifest.get("serving") or {}).get("environment") or {}
+        settings = {key: chosen(variable) or served.get(variable) or None for key, variable in EMBEDDER_VARIABLES}
         with self._lock:
             # one thread per query: requests run in parallel threads, and one short text
             # gains nothing from splitting (docs/performance.md#serving)
-            config = EmbedderConfig.from_env(threads=1)
-            if not env("MTRAG_EMBED_BACKEND") and config.device.startswith("cpu"):
+            config = EmbedderConfig.from_env(threads=1, model=settings["model"] or DEFAULT_MODEL,
+                                             device=settings["device"] or "cpu", backend=settings["backend"] or "")
+            if not settings["backend"] and config.device.startswith("cpu"):
                 # unset: embed queries the way the published generation embedded its chunks
                 config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
-            if self._embedder is None or self._embedder.config.backend != config.backend:
+            loaded = self._embedder.config if self._embedder is not None else None
+            if loaded is None or (loaded.model, loaded.device, loaded.backend) != (config.model, config.device,
+                                                                                  config.backend):
                 self._embedder = Embedder(config)
         fp = self._embedder.fingerprint  # cached: what the loaded model is (not its files' state, read again per query)
         keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt", "vectors")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mtrag_resources.core.config import chosen
 from mtrag_resources.core.scripts import is_cjk_query
 from mtrag_resources.publish import gate
 from mtrag_resources.serving import channels as channels_
@@ -56,7 +57,7 @@ def answer(core: ReaderCore, text: str, k: int, kind: str | None, mode: str, sco
     embedding = ml_embedding = None
     multilingual, space_stale = core.embedders.multilingual_channel(loaded.manifest)
     if "dense" in MODES[mode] or mode == "bundles":
-        embedding = core.side_pool.submit(core.embedders.embed, english or text, loaded.manifest["embedder"])
+        embedding = core.side_pool.submit(core.embedders.embed, english or text, loaded.manifest)
         if multilingual and _multilingual_answers(loaded.manifest, text, kind, scope):
             ml_embedding = core.side_pool.submit(core.embedders.embed_multilingual, text)
     local = local_markers(loaded)
@@ -78,7 +79,7 @@ def answer(core: ReaderCore, text: str, k: int, kind: str | None, mode: str, sco
     named = set(channels_.exactly_named(exact_found, text)) \
         if is_identifier_query(text) and "exact" in MODES[mode] else set()
     hits = fuse(core, rankings, cosines, rows, payloads, recalled, kinds, qvec, k, state.stale_for("qdrant"),
-                      text if mode == "hybrid" else None, named)
+                      text if mode == "hybrid" and _ranker_served(loaded.manifest) else None, named)
     state = gate_from(loaded, local, graph.result())  # the full gate: the graph's verdicts too
     out["stale"] = list(state.stale)
     hydrate_parents(loaded, hits, stale_f)
@@ -123,6 +124,13 @@ def _query_code(loaded: Generations, text: str, state: gate.GateState, lookups: 
                        docs_default_role(loaded.manifest, scope), channels_.MAX_QUERY_IDENTIFIERS)
     rows = loaded.fts.get_chunks([c for c, _ in found]) if found else {}
     return [dict(rows[c], matched_text=matched) for c, matched in found if c in rows]
+
+
+def _ranker_served(manifest: dict) -> bool:
+    """The learned ranker orders this generation's answers unless MTRAG_RANKER, or else the
+    profile the generation serves (a cut-over), says off."""
+    served = ((manifest.get("serving") or {}).get("environment") or {}).get("MTRAG_RANKER")
+    return (chosen("MTRAG_RANKER") or served or "on") != "off"
 
 
 def _multilingual_answers(manifest: dict, text: str, kind: str | None, scope: set[str] | None) -> bool:

@@ -57,6 +57,8 @@ class ReaderCore:
         are committed before CURRENT moves to it; such a reader never reloads."""
         self.settings = settings
         self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
+        # weights the caller chose: they win over a cut-over profile's (`fusion_weights`)
+        self._chosen_weights = {c: w for c, w in (weights or {}).items() if DEFAULT_WEIGHTS.get(c) != w}
         self.max_hops_limit = max_hops_limit
         self.log_proposals = proposals
         self.cas = ContentStore(settings.cas_dir)
@@ -67,6 +69,12 @@ class ReaderCore:
         # thread searches FTS and Qdrant: onnxruntime and the Neo4j socket release the GIL.
         self.side_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mtrag-query-side")
         self.generations = Generations(settings, self.side_pool, manifest_override, self._first_load)
+
+    def fusion_weights(self, manifest: dict | None) -> dict:
+        """The fusion weights for `manifest`'s generation: the defaults, then those of the profile
+        it serves (a cut-over, docs/shadow.md#cut-over), then the ones this reader was given."""
+        served = ((manifest or {}).get("serving") or {}).get("fusion") or {}
+        return {**self.weights, **served, **self._chosen_weights}
 
     @property
     def manifest(self) -> dict | None:
@@ -106,7 +114,7 @@ class ReaderCore:
         return status(self.generations, visible)
 
     def embedder(self):
-        return self.embedders.embedder_for(self.manifest["embedder"])
+        return self.embedders.embedder_for(self.manifest)
 
     def query(self, text: str, k: int = 10, kind: str | None = None, mode: str = "hybrid",
               sources: list[str] | None = None, visible: frozenset[str] | None = None) -> dict:

@@ -68,6 +68,10 @@ def status(loaded: Generations, visible: frozenset[str] | None = None) -> dict:
     if quality:  # the published generation's golden figures (publish/golden.py)
         out["quality"] = {k: quality.get(k) for k in ("recall", "recalled", "queries", "baseline",
                                                        "accepted_drop")}
+    served = (manifest or {}).get("serving") if state.generation is not None else None
+    if served:  # a cut-over profile (publish/cutover.py): its name and weights, not its settings' values
+        out["serving"] = {"profile": served["profile"], "fusion": served.get("fusion") or {},
+                          "cutover": (manifest.get("cutover") or {}).get("previous")}
     settings = loaded.settings
     fast_lane = batch_summary(last_batch(settings))
     if fast_lane and not hidden.intersection(fast_lane.get("sources") or ()):

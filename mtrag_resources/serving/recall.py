@@ -111,7 +111,8 @@ def fuse(core: ReaderCore, rankings: dict, cosines: dict, rows: dict, payloads: 
             rankings["dense"] = merge_exact_into_dense(rankings["dense"][: max(k * 3, 20)], exact_cos)
     if "dense" in rankings:
         rankings["dense"] = [cid for cid, _ in rankings["dense"]]
-    fused = weighted_rrf(rankings, {c: core.weights.get(c, 1.0) for c in rankings})
+    weights = core.fusion_weights(loaded.manifest)
+    fused = weighted_rrf(rankings, {c: weights.get(c, 1.0) for c in rankings})
     if rerank_for is not None:
         fused = core.ranker.reorder(rerank_for, fused, {**payloads, **rows}, cosines)
     fused = named_first(fused, named)

@@ -153,6 +153,10 @@ def render_status(result: dict) -> str:
     out += _stale_lines(result["stale"])
     if not result["stale"]:
         out.append("  every store matches the manifest")
+    served = result.get("serving")
+    if served:
+        out.append(f"  serving profile {served['profile']!r}" + (f" (cut over; `mtrag rollback` restores generation "
+                                                                 f"{served['cutover']})" if served.get("cutover") else ""))
     fast = result.get("fast_lane")
     if fast:
         out.append(f"  last watch batch: generation {fast.get('generation')}, sources {', '.join(fast.get('sources') or []) or '-'}, "

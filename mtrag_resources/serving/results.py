@@ -351,7 +351,9 @@ class Status(_Result):
     `queries`, `baseline`, `accepted_drop`; None and absent from the JSON without a golden file),
     `quality_refused` (the last candidate the golden gate refused, until a publish; None and
     absent otherwise) and `fast_lane` (the last batch `mtrag watch` applied: generation, at,
-    batch, sources, files, deleted, seconds; None and absent when no watch ran).
+    batch, sources, files, deleted, seconds; None and absent when no watch ran) and `serving` (the
+    shadow profile the generation serves after `mtrag cutover`: `profile`, `fusion`, `cutover`: the
+    generation a rollback restores, None once a build followed; None and absent otherwise).
 
     Also a read-only Mapping over `to_dict()` (the module doc's compatibility view)."""
 
@@ -361,6 +363,7 @@ class Status(_Result):
     quality: dict | None = _key(optional=True)
     quality_refused: dict | None = _key(optional=True)
     fast_lane: dict | None = _key(optional=True)
+    serving: dict | None = _key(optional=True)
     extra: dict = field(default_factory=dict)
 
 

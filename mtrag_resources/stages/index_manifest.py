@@ -157,6 +157,8 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                     k: f"mtrag_{k}" for spec in specs
                     for k in ((spec.kind, collection_kind(spec.kind)) if uses_ml else (spec.kind,))}},
             }
+            if (previous or {}).get("serving"):  # a cut-over profile goes on being served (publish/cutover.py)
+                manifest["serving"] = previous["serving"]
             verdict = golden_gate(settings, golden, evaluate_golden, manifest, previous, accept_quality_drop,
                                   run_id, meta)
             path = manifests.publish(settings.manifest_dir, manifest)

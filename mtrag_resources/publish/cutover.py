@@ -1,0 +1,126 @@
+"""Cut-over and rollback (docs/shadow.md#cut-over): a shadow's published generation becomes the
+live one in one step, and the step is undone by another.
+
+A cut-over publishes the shadow's manifest into the live series as generation N+1, with the
+same atomic move of CURRENT as any publish: it names the shadow's stores (`stores_home`, whose FTS
+file a reader opens; the Qdrant version is named by path already), the profile's settings
+(`serving`: its fusion weights and the environment its builds and readers run under) and what it
+replaced (`cutover.previous`). Nothing of the live home's stores is written, so a rollback only
+publishes the manifest the cut-over replaced again, renumbered. The graph is not switched: a
+cut-over is refused unless the shadow's chunk sets and links are the ones the live graph holds."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from mtrag_resources.core.config import SERVED_VARIABLES, Settings
+from mtrag_resources.core.errors import ConfigError, NotPublished, PublishError
+from mtrag_resources.core.layout import manifest_path
+from mtrag_resources.publish import manifest as manifests
+from mtrag_resources.publish.golden import GoldenFile, Verdict, accepted_record, judge, regression_lines
+
+
+# what a served profile sets: the embedder its builds and readers use (config.env answers these for
+# the home) and the ranker its readers use (serving/query_flow.py reads it from the manifest)
+SERVED = (*SERVED_VARIABLES, "MTRAG_RANKER")
+
+
+class CutoverRefused(PublishError):
+    """The shadow may not become live: the golden gate, or a graph it does not match."""
+
+
+def serving_block(profile: dict, environment: dict) -> dict:
+    """What a manifest records of the profile it serves: the fusion weights a reader applies and
+    the variables its builds and readers run under (those a profile sets)."""
+    return {"profile": profile["name"], "fusion": dict(profile.get("fusion") or {}),
+            "environment": {k: v for k, v in environment.items() if k in SERVED and v}}
+
+
+def promote(live: Settings, shadow: Settings, serving: dict, golden: GoldenFile | None,
+            ranks: dict[str, int | None] | None, accept_quality_drop: bool = False) -> dict:
+    """Publish the shadow's generation as the live home's next one; returns its manifest.
+    `ranks`: the golden queries' best ranks on the shadow read with its profile (None: no golden file)."""
+    current = _current(live, "live")
+    candidate = _current(shadow, serving["profile"])
+    if candidate.get("stores_home") or candidate.get("cutover"):
+        raise ConfigError(f"{shadow.home}: its generation is itself a cut-over; build the shadow again")
+    _same_graph(current, candidate, serving["profile"])
+    manifest = {**candidate, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": _now(),
+                "stores_home": str(shadow.home), "serving": serving,
+                "cutover": {"profile": serving["profile"], "previous": current["generation"],
+                            "shadow_generation": candidate["generation"], "at": _now()}}
+    if golden is not None:
+        verdict = judge(golden, ranks or {}, current)
+        if not verdict.passed:
+            if not accept_quality_drop:
+                raise CutoverRefused(_refusal(verdict, serving["profile"], current["generation"]))
+            verdict.record["accepted_drop"] = {**accepted_record(verdict), "how": "mtrag cutover --accept-quality-drop"}
+        manifest["quality"] = verdict.record
+    manifests.publish(live.manifest_dir, manifest)
+    return manifest
+
+
+def rollback(live: Settings) -> dict:
+    """Publish again the generation the served cut-over replaced; returns its manifest. Only while
+    CURRENT is the cut-over itself: a live build after it wrote the live stores with the profile."""
+    current = _current(live, "live")
+    cut = current.get("cutover")
+    if not cut:
+        raise ConfigError(f"generation {current['generation']} is not a cut-over"
+                          + (f" (it was built after the cut-over of {current['serving']['profile']!r}: its stores "
+                             "hold that profile's index)" if current.get("serving") else "")
+                          + "; nothing to roll back")
+    path = manifest_path(live.manifest_dir, int(cut["previous"]))
+    try:
+        previous = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PublishError(f"{path}: the generation the cut-over replaced is gone; nothing to roll back to") from None
+    snapshot = (previous.get("stores") or {}).get("qdrant_snapshot")
+    if snapshot and not Path(snapshot).is_dir():
+        raise PublishError(f"{snapshot}: generation {previous['generation']}'s vectors are gone; "
+                           "nothing to roll back to")
+    manifest = {**previous, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": _now(),
+                "rollback": {"from": current["generation"], "profile": cut["profile"],
+                             "restored": previous["generation"], "at": _now()}}
+    manifests.publish(live.manifest_dir, manifest)
+    return manifest
+
+
+def serves_shadow(live: Settings, shadow: Settings) -> int | None:
+    """The live generation that reads `shadow`'s stores (a cut-over), if CURRENT is one."""
+    current = manifests.load_current(live.manifest_dir) or {}
+    if current.get("stores_home") and Path(current["stores_home"]) == shadow.home:
+        return int(current["generation"])
+    return None
+
+
+def _current(settings: Settings, name: str) -> dict:
+    manifest = manifests.load_current(settings.manifest_dir)
+    if not manifest:
+        raise NotPublished(f"{name}: {settings.home} has no published generation"
+                           + ("" if name == "live" else f"; run mtrag build --profile {name}"))
+    return manifest
+
+
+def _same_graph(current: dict, candidate: dict, name: str) -> None:
+    """The live graph serves the promoted generation: its chunk sets and links must be the live ones."""
+    live_sets = {s: e["chunk_generation"] for s, e in current["sources"].items()}
+    shadow_sets = {s: e["chunk_generation"] for s, e in candidate["sources"].items()}
+    differ = sorted(s for s in live_sets.keys() | shadow_sets.keys() if live_sets.get(s) != shadow_sets.get(s))
+    if differ or (current.get("links") or {}).get("generation") != (candidate.get("links") or {}).get("generation"):
+        what = f"the sources {differ}" if differ else "the doc-to-code links"
+        raise CutoverRefused(f"{name}: {what} differ from live generation {current['generation']}'s, whose graph "
+                             f"would then be stale; build the shadow again (`mtrag build --profile {name}`)")
+
+
+def _refusal(verdict: Verdict, name: str, live_generation: int) -> str:
+    lines = verdict.reasons + (["regressed queries (old rank -> new rank):"] + ["  " + line for line in
+                                                                                regression_lines(verdict.regressed)]
+                               if verdict.regressed else [])
+    return (f"{name} not cut over by the golden-query gate; CURRENT still names generation {live_generation}:\n  "
+            + "\n  ".join(lines) + "\n  cut over anyway with `mtrag cutover --accept-quality-drop`")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
