@@ -128,7 +128,7 @@ def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: P
     building and serving the profile, and there is no cut-over left to roll back."""
     cut = mtrag("cutover", "fts-heavy")
     assert cut.returncode == 0, cut.stdout + cut.stderr
-    assert "cut over: live generation 2 is fts-heavy's generation 1 (golden recall 1.000)" in cut.stdout
+    assert "cut over: live generation 2 is fts-heavy's generation 1 (golden recall 1.000; gate " in cut.stdout
     served = _manifest(live)
     assert served["generation"] == 2 and served["stores_home"] == str(shadow)
     assert served["cutover"]["previous"] == 1 and served["quality"]["recall"] == 1.0

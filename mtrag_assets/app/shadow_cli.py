@@ -2,6 +2,7 @@
 apart from cli.py, which only hands them its arguments."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from mtrag_resources.core.config import Settings
@@ -126,16 +127,19 @@ def cmd_cutover(args) -> int:
     side = Side(args.name, shadow.home, env, profile.fusion)
     golden = load_golden(live.golden_file)
     ranks = None
+    t0 = time.perf_counter()
     if golden is not None:
         _, answers = run_side(side, golden.queries)
         ranks = {q.id: q.rank(answers[q.id].hits) for q in golden.queries}
+    t1 = time.perf_counter()
     manifest = cutover.promote(live, shadow, cutover.serving_block(profile.as_dict(), env),
                                golden, ranks, args.accept_quality_drop)
+    t2 = time.perf_counter()
     quality = manifest.get("quality")
     said = f"golden recall {quality['recall']:.3f}" if quality else f"no golden file at {live.golden_file}"
     print(f"cut over: live generation {manifest['generation']} is {args.name}'s generation "
-          f"{manifest['cutover']['shadow_generation']} ({said}); `mtrag rollback` restores generation "
-          f"{manifest['cutover']['previous']}")
+          f"{manifest['cutover']['shadow_generation']} ({said}; gate {t1 - t0:.2f} s, publish {t2 - t1:.3f} s); "
+          f"`mtrag rollback` restores generation {manifest['cutover']['previous']}")
     return 0
 
 
