@@ -81,3 +81,31 @@ def test_a_served_profile_answers_the_embedder_variables_of_its_home(tmp_path, m
     cutover.rollback(live)
     assert env("MTRAG_EMBED_BACKEND") == "" and json.loads(
         (live.manifest_dir / "manifest-3.json").read_text())["rollback"]["restored"] == 1
+
+
+def test_a_profile_of_read_time_settings_is_cut_over_without_a_shadow(tmp_path):
+    live, shadow, golden = _homes(tmp_path)
+    weights = {"profile": "fts-heavy", "fusion": {"fts": 4.0}, "environment": {"MTRAG_RANKER": "off"}}
+    served = cutover.promote(live, None, weights, golden, {"lookup-rate": 1, "cart-total": 1, "guide": 1})
+    assert served["generation"] == 2 and "stores_home" not in served and served["serving"] == weights
+    assert served["cutover"] == {**served["cutover"], "previous": 1, "shadow_generation": None}
+    with pytest.raises(ConfigError, match="serves profile 'fts-heavy'; `mtrag rollback`"):
+        cutover.promote(live, None, weights, golden, {"lookup-rate": 1, "cart-total": 1, "guide": 1})
+
+
+def test_the_shadow_gate_ranks_are_reused_only_for_its_golden_file_and_profile(tmp_path):
+    live, shadow, golden = _homes(tmp_path)
+    ranks = {"lookup-rate": 1, "cart-total": 2, "guide": None}
+    measured = {"serving": SERVING, "quality": judge(golden, ranks, None).record}
+    assert cutover.gated_ranks(measured, golden, SERVING) == ranks
+    assert cutover.gated_ranks(measured, golden, {**SERVING, "fusion": {"fts": 3.0}}) is None
+    (tmp_path / "golden.yaml").write_text(GOLDEN.format(name="find_regional_rate"))
+    assert cutover.gated_ranks(measured, load_golden(tmp_path / "golden.yaml"), SERVING) is None
+
+
+def test_a_profile_s_serving_block_names_what_it_sets():
+    from mtrag_resources.core.profiles import Profile, serving_block
+    profile = Profile(name="fp32", embedder={"backend": "onnx"}, fusion={"fts": 2.0}, ranker="off")
+    assert serving_block(profile.as_dict()) == {
+        "profile": "fp32", "fusion": {"fts": 2.0},
+        "environment": {"MTRAG_EMBED_BACKEND": "onnx", "MTRAG_RANKER": "off"}}

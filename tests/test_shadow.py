@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,9 @@ profiles:
     description: the lexical channel first
     fusion: {dense: 0.25, fts: 4}
     ranker: off
+  fp32:
+    description: torch's fp32 vectors through onnxruntime
+    embedder: {backend: onnx}
     neo4j_uri: local
 """
 LIVE_QUERIES = ("total price including tax", "apply_tax", "regional taxes guide")
@@ -77,27 +81,34 @@ def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_
     assert sorted(r["query"] for r in replay["queries"]) == ["apply_tax", "total price including tax"]
     assert replay["summary"]["live"]["judged"] == 0 and replay["summary"]["live"]["recall"] is None
     assert all(0.0 <= r["overlap"] <= 1.0 and r["ms_b"] > 0 for r in replay["queries"])
+    # a profile of read-time settings has no index of its own to build
+    nothing = mtrag("build", "--profile", "fts-heavy")
+    assert nothing.returncode == 0 and "has no index of its own to build" in nothing.stdout
+    assert not shadow.exists()
+    shadow = live.shadow_home("fp32")
     try:
-        built = mtrag("build", "--profile", "fts-heavy", MTRAG_NEO4J_HEAP="256m")
+        built = mtrag("build", "--profile", "fp32", MTRAG_NEO4J_HEAP="256m")
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-        # the same embedder: every vector came from the shared cache, none was embedded again
-        assert "embedded 0, cache_hits" in built.stdout and "embedded 1" not in built.stdout
+        # another embedder: every text embedded once, for the new fingerprint, beside the live vectors
+        embedded = [int(n) for n in re.findall(r"embedded (\d+), cache_hits 0", built.stdout)]
+        assert embedded and all(n > 0 for n in embedded), built.stdout[-3000:]
         assert "live CURRENT unchanged (generation 1)" in built.stdout
 
         # the live home: the same CURRENT, the same answers (graph paths and bridge included)
         assert current_path(live.manifest_dir).read_bytes() == current
         assert _answers() == before
         # the shadow: a generation of its own, sharing the embedding cache and the live files by hard links
-        assert json.loads((shadow / "08-manifest" / "manifest-1.json").read_text())["generation"] == 1
+        built_manifest = json.loads((shadow / "08-manifest" / "manifest-1.json").read_text())
+        assert built_manifest["embedder"]["backend"] == "onnx" and built_manifest["serving"]["profile"] == "fp32"
         assert (shadow / "04-embeddings").resolve() == live.embeddings_dir.resolve()
         blob = next(p for p in (live.cas_dir / "blobs").rglob("*") if p.is_file())  # never rewritten: one file
         assert (shadow / blob.relative_to(live.home)).stat().st_ino == blob.stat().st_ino
-        assert json.loads((shadow / "profile.json").read_text())["fusion"] == {"dense": 0.25, "fts": 4.0}
+        assert json.loads((shadow / "profile.json").read_text())["embedder"] == {"backend": "onnx"}
 
         out = tmp_path / "report"
-        compared = mtrag("compare", "live", "fts-heavy", "--out", str(out))
+        compared = mtrag("compare", "live", "fp32", "--out", str(out))
         assert compared.returncode == 0, compared.stderr
-        assert "rank live" in compared.stdout and "rank fts-heavy" in compared.stdout
+        assert "rank live" in compared.stdout and "rank fp32" in compared.stdout
         report = json.loads((out / "compare.json").read_text())
         rows = {row["id"]: row for row in report["queries"]}
         assert set(rows) == {"lookup-rate", "cart-total", "guide"}
@@ -107,7 +118,7 @@ def test_shadow_build_leaves_live_alone_and_compare_reports_both(mtrag_env, tmp_
             assert 0.0 <= row["overlap"] <= 1.0 and row["ms_a"] > 0 and row["ms_b"] > 0
             assert row["delta"] == 1 - (row["rank_b"] or 4)
         assert report["a"]["stale"] == [] and report["b"]["stale"] == []  # each side served by its own graph
-        assert report["summary"]["live"]["recall"] == 1.0 and report["b"]["weights"] == {"dense": 0.25, "fts": 4.0}
+        assert report["summary"]["live"]["recall"] == 1.0
         assert report["worse"] == sorted((r["id"] for r in rows.values() if r["delta"] < 0),
                                          key=lambda i: (rows[i]["delta"], i))
         markdown = (out / "compare.md").read_text()
@@ -122,29 +133,34 @@ def _manifest(settings: Settings) -> dict:
     return json.loads((settings.manifest_dir / current_path(settings.manifest_dir).read_text().strip()).read_text())
 
 
+def _same_top_k(name: str, tmp_path: Path) -> None:
+    """`compare live NAME` finds the live generation and NAME's answering alike: live serves NAME."""
+    same = mtrag("compare", "live", name, "--out", str(tmp_path / f"served-{name}"))
+    assert same.returncode == 0, same.stderr
+    rows = json.loads((tmp_path / f"served-{name}" / "compare.json").read_text())["queries"]
+    assert [r["overlap"] for r in rows] == [1.0] * len(rows) and all(r["delta"] == 0 for r in rows)
+
+
 def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: Path, tmp_path: Path) -> None:
-    """`mtrag cutover` serves the shadow's stores with its profile as live generation 2; `mtrag
-    rollback` serves generation 1's again as 3; after a second cut-over, a live build keeps
-    building and serving the profile, and there is no cut-over left to roll back."""
-    cut = mtrag("cutover", "fts-heavy")
+    """`mtrag cutover fp32` serves the shadow's stores and vectors as live generation 2 (gated by the
+    shadow's own golden ranks); `mtrag rollback` serves generation 1's again as 3; a profile of
+    read-time settings is cut over without a shadow (4) and rolled back (5); after a last cut-over
+    (6), a live build keeps building and serving the profile, embedding only what changed, and
+    there is no cut-over left to roll back."""
+    cut = mtrag("cutover", "fp32")
     assert cut.returncode == 0, cut.stdout + cut.stderr
-    assert "cut over: live generation 2 is fts-heavy's generation 1 (golden recall 1.000; gate " in cut.stdout
+    assert ("cut over: live generation 2 is fp32's generation 1 (golden recall 1.000, the shadow's own golden "
+            "ranks; gate ") in cut.stdout
     served = _manifest(live)
     assert served["generation"] == 2 and served["stores_home"] == str(shadow)
     assert served["cutover"]["previous"] == 1 and served["quality"]["recall"] == 1.0
-    assert served["serving"] == {"profile": "fts-heavy", "fusion": {"dense": 0.25, "fts": 4.0},
-                                 "environment": {"MTRAG_RANKER": "off"}}
-    after = _answers()
-    assert all(a["generation"] == 2 and a["stale"] == [] for a in after)  # the live graph serves it too
+    assert served["serving"] == {"profile": "fp32", "fusion": {}, "environment": {"MTRAG_EMBED_BACKEND": "onnx"}}
+    assert all(a["generation"] == 2 and a["stale"] == [] for a in _answers())  # the live graph serves it too
     status = mtrag("status")
-    assert "serving profile 'fts-heavy' (cut over; `mtrag rollback` restores generation 1)" in status.stdout
-    # the live reader now reads the shadow's stores with the profile's weights and ranker: the same top k
-    same = mtrag("compare", "live", "fts-heavy", "--out", str(tmp_path / "served"))
-    assert same.returncode == 0, same.stderr
-    rows = json.loads((tmp_path / "served" / "compare.json").read_text())["queries"]
-    assert [r["overlap"] for r in rows] == [1.0] * len(rows) and all(r["delta"] == 0 for r in rows)
-    refused = mtrag("build", "--profile", "fts-heavy")
-    assert refused.returncode == 2 and "served from fts-heavy's shadow stores" in refused.stderr
+    assert "serving profile 'fp32' (cut over; `mtrag rollback` restores generation 1)" in status.stdout
+    _same_top_k("fp32", tmp_path)  # the shadow's stores, read with its fp32 query embedder
+    refused = mtrag("build", "--profile", "fp32")
+    assert refused.returncode == 2 and "served from fp32's shadow stores" in refused.stderr
 
     back = mtrag("rollback")
     assert back.returncode == 0, back.stderr
@@ -155,16 +171,26 @@ def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: P
     again = mtrag("rollback")
     assert again.returncode == 2 and "generation 3 is not a cut-over" in again.stderr
 
-    assert mtrag("cutover", "fts-heavy").returncode == 0
+    view = mtrag("cutover", "fts-heavy")
+    assert view.returncode == 0, view.stdout + view.stderr
+    assert "live generation 4 is generation 3 read with fts-heavy (golden recall 1.000, golden queries asked" \
+        in view.stdout
+    weighted = _manifest(live)
+    assert "stores_home" not in weighted and weighted["serving"]["fusion"] == {"dense": 0.25, "fts": 4.0}
+    _same_top_k("fts-heavy", tmp_path)
+    assert mtrag("rollback").returncode == 0
+
+    assert mtrag("cutover", "fp32").returncode == 0
     (docs / "notes.md").write_text("# Notes\n\nRounding happens to cents, half up.\n")
     built = mtrag("build", "--no-server")
     assert built.returncode == 0, built.stderr
+    assert "embedded 1, cache_hits" in built.stdout, built.stdout[-3000:]  # the fp32 vectors came from the cache
     rebuilt = _manifest(live)
-    assert rebuilt["generation"] == 5 and "stores_home" not in rebuilt and "cutover" not in rebuilt
-    assert rebuilt["serving"]["profile"] == "fts-heavy"  # a live build goes on serving the profile
-    assert all(a["generation"] == 5 and a["stale"] == [] for a in _answers())
+    assert rebuilt["generation"] == 7 and "stores_home" not in rebuilt and "cutover" not in rebuilt
+    assert rebuilt["serving"]["profile"] == "fp32" and rebuilt["embedder"]["backend"] == "onnx"
+    assert all(a["generation"] == 7 and a["stale"] == [] for a in _answers())
     late = mtrag("rollback")
-    assert late.returncode == 2 and "built after the cut-over of 'fts-heavy'" in late.stderr
+    assert late.returncode == 2 and "built after the cut-over of 'fp32'" in late.stderr
 
 
 def _serve_and_ask(questions: list[str], **env: str) -> None:
@@ -197,7 +223,7 @@ def _serve_and_ask(questions: list[str], **env: str) -> None:
     ("profiles:\n  p1:\n    embedder: {backend: cuda}\n", ["profiles.p1.embedder.backend"]),
     ("profiles:\n  live: {}\n", ["profiles.live", "not 'live'"]),
     ("profiles:\n  other: {}\n", ["no profile 'p1'", "known: ['other']"]),
-    ("profiles:\n  p1: {}\n", ["profiles.p1.neo4j_uri", "NEO4J_URI"]),
+    ("profiles:\n  p1: {embedder: {backend: onnx}}\n", ["profiles.p1.neo4j_uri", "NEO4J_URI"]),
     ("- p1\n", ["one top-level key `profiles`"]),
 ])
 def test_a_bad_profile_is_one_line_naming_the_file_and_key(tmp_path, monkeypatch, capsys, text, words):

@@ -28,7 +28,7 @@ def build_profile(args, live: Settings, specs, build_here) -> int:
     (`build_here`, in this process) into the shadow's home; the live CURRENT is not touched."""
     from mtrag_resources.publish.manifest import load_current
     from mtrag_resources.publish.shadow_home import prepare
-    profile, env = _profile(live, args.profile)
+    profile = load_profile(profiles_path(live.sources_file), args.profile)
     if args.source:
         from mtrag_resources.core.errors import ConfigError
         raise ConfigError("--profile builds every source (a shadow is a whole generation); drop --source")
@@ -38,13 +38,16 @@ def build_profile(args, live: Settings, specs, build_here) -> int:
         from mtrag_resources.core.errors import ConfigError
         raise ConfigError(f"live generation {live_generation} is served from {profile.name}'s shadow stores (a "
                           "cut-over): a live `mtrag build` builds with its settings now, or `mtrag rollback` first")
+    if profile.read_time_only:
+        print(f"{profile.name} changes only how a generation is read (fusion weights, ranker): it has no index "
+              f"of its own to build. `mtrag compare live {profile.name}` reads the live generation with it, and "
+              f"`mtrag cutover {profile.name}` serves it; live CURRENT unchanged (generation {live_generation})")
+        return 0
+    env = _profile(live, args.profile)[1]
     home, seeded = prepare(live, profile.as_dict())
     said = ", ".join(f"{n} {folder}" for folder, n in seeded.items())
     print(f"(shadow {profile.name}: building in this process into {home}"
           + (f"; linked the live home's {said}" if seeded else "") + ")", flush=True)
-    if profile.read_time_only:
-        print(f"({profile.name} changes only how a generation is read: `mtrag compare live {profile.name}` "
-              "reads the live generation with it when no shadow is built)", flush=True)
     with applied(env):
         code = build_here(Settings.from_env().ensure(), args, specs)
     print(f"live CURRENT unchanged (generation {live_generation}); compare with `mtrag compare live {profile.name}`")
@@ -112,35 +115,41 @@ def add_compare_parser(command) -> None:
 
 
 def cmd_cutover(args) -> int:
-    """`mtrag cutover NAME`: the shadow's generation becomes the live one if the golden gate
-    passes on it, read with its profile (publish/cutover.py)."""
+    """`mtrag cutover NAME`: the shadow's generation (or, for a profile of read-time settings with
+    no shadow built, the live one read with them) becomes live if the golden gate passes on it,
+    read with its profile (publish/cutover.py)."""
+    from mtrag_resources.core.profiles import serving_block
     from mtrag_resources.publish import cutover
     from mtrag_resources.publish.golden import load_golden
-    from mtrag_resources.core.errors import NotPublished
-    from mtrag_resources.serving.compare import Side, run_side
+    from mtrag_resources.publish.manifest import load_current
     live = Settings.from_env()
-    profile, env = _profile(live, args.name)
-    shadow = Settings(home=live.shadow_home(args.name))
-    if not _published(shadow.home):
-        raise NotPublished(f"{args.name}: {shadow.home} has no published generation to cut over to; "
-                           f"run mtrag build --profile {args.name}")
-    side = Side(args.name, shadow.home, env, profile.fusion)
+    side = _side(live, args.name)
+    shadow = None if side.home == live.home else Settings(home=side.home)
+    serving = serving_block(load_profile(profiles_path(live.sources_file), args.name).as_dict())
     golden = load_golden(live.golden_file)
-    ranks = None
+    ranks, how = None, "no golden file"
     t0 = time.perf_counter()
     if golden is not None:
-        _, answers = run_side(side, golden.queries)
-        ranks = {q.id: q.rank(answers[q.id].hits) for q in golden.queries}
+        ranks = cutover.gated_ranks(load_current(shadow.manifest_dir), golden, serving) if shadow else None
+        how = "the shadow's own golden ranks" if ranks is not None else "golden queries asked"
+        if ranks is None:
+            ranks = _golden_ranks(side, golden)
     t1 = time.perf_counter()
-    manifest = cutover.promote(live, shadow, cutover.serving_block(profile.as_dict(), env),
-                               golden, ranks, args.accept_quality_drop)
+    manifest = cutover.promote(live, shadow, serving, golden, ranks, args.accept_quality_drop)
     t2 = time.perf_counter()
     quality = manifest.get("quality")
-    said = f"golden recall {quality['recall']:.3f}" if quality else f"no golden file at {live.golden_file}"
-    print(f"cut over: live generation {manifest['generation']} is {args.name}'s generation "
-          f"{manifest['cutover']['shadow_generation']} ({said}; gate {t1 - t0:.2f} s, publish {t2 - t1:.3f} s); "
-          f"`mtrag rollback` restores generation {manifest['cutover']['previous']}")
+    said = f"golden recall {quality['recall']:.3f}, {how}" if quality else f"no golden file at {live.golden_file}"
+    what = f"{args.name}'s generation {manifest['cutover']['shadow_generation']}" if shadow else \
+        f"generation {manifest['cutover']['previous']} read with {args.name}"
+    print(f"cut over: live generation {manifest['generation']} is {what} ({said}; gate {t1 - t0:.2f} s, "
+          f"publish {t2 - t1:.3f} s); `mtrag rollback` restores generation {manifest['cutover']['previous']}")
     return 0
+
+
+def _golden_ranks(side, golden) -> dict:
+    from mtrag_resources.serving.compare import run_side
+    _, answers = run_side(side, golden.queries)
+    return {q.id: q.rank(answers[q.id].hits) for q in golden.queries}
 
 
 def cmd_rollback(args) -> int:

@@ -151,11 +151,25 @@ def environment(profile: Profile, path: Path, shadow_home: Path, sources_file: P
     }
     if uri is None:  # the local server needs no credentials; the live server's are not the shadow's
         env.update({"NEO4J_USER": None, "NEO4J_PASSWORD": None})
-    for key, variable in (("model", "MTRAG_EMBED_MODEL"), ("backend", "MTRAG_EMBED_BACKEND"),
-                          ("device", "MTRAG_EMBED_DEVICE")):
+    for key, variable in EMBEDDER_VARIABLES:
         if key in profile.embedder:
             env[variable] = profile.embedder[key]
     return {**env, **read_environment(profile)}
+
+
+EMBEDDER_VARIABLES = (("model", "MTRAG_EMBED_MODEL"), ("backend", "MTRAG_EMBED_BACKEND"),
+                      ("device", "MTRAG_EMBED_DEVICE"))
+
+
+def serving_block(profile: dict) -> dict:
+    """What a manifest records of the profile its generation serves (`Profile.as_dict()`): the
+    fusion weights a reader applies and the variables its builds and readers run under (those the
+    profile sets). A shadow's manifests carry it, and a cut-over publishes it live."""
+    variables = {variable: profile["embedder"][key] for key, variable in EMBEDDER_VARIABLES
+                 if (profile.get("embedder") or {}).get(key)}
+    if profile.get("ranker"):
+        variables["MTRAG_RANKER"] = profile["ranker"]
+    return {"profile": profile["name"], "fusion": dict(profile.get("fusion") or {}), "environment": variables}
 
 
 def read_environment(profile: Profile) -> dict[str, str | None]:

@@ -14,51 +14,62 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from mtrag_resources.core.config import SERVED_VARIABLES, Settings
+from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import ConfigError, NotPublished, PublishError
 from mtrag_resources.core.layout import manifest_path
 from mtrag_resources.publish import manifest as manifests
 from mtrag_resources.publish.golden import GoldenFile, Verdict, accepted_record, judge, regression_lines
 
 
-# what a served profile sets: the embedder its builds and readers use (config.env answers these for
-# the home) and the ranker its readers use (serving/query_flow.py reads it from the manifest)
-SERVED = (*SERVED_VARIABLES, "MTRAG_RANKER")
-
-
 class CutoverRefused(PublishError):
     """The shadow may not become live: the golden gate, or a graph it does not match."""
 
 
-def serving_block(profile: dict, environment: dict) -> dict:
-    """What a manifest records of the profile it serves: the fusion weights a reader applies and
-    the variables its builds and readers run under (those a profile sets)."""
-    return {"profile": profile["name"], "fusion": dict(profile.get("fusion") or {}),
-            "environment": {k: v for k, v in environment.items() if k in SERVED and v}}
-
-
-def promote(live: Settings, shadow: Settings, serving: dict, golden: GoldenFile | None,
+def promote(live: Settings, shadow: Settings | None, serving: dict, golden: GoldenFile | None,
             ranks: dict[str, int | None] | None, accept_quality_drop: bool = False) -> dict:
     """Publish the shadow's generation as the live home's next one; returns its manifest.
-    `ranks`: the golden queries' best ranks on the shadow read with its profile (None: no golden file)."""
+    `shadow` None: a profile of read-time settings alone, which has no stores of its own: the live
+    generation is published again with it. `ranks`: the golden queries' best ranks on the
+    candidate read with the profile (None: no golden file)."""
     current = _current(live, "live")
-    candidate = _current(shadow, serving["profile"])
-    if candidate.get("stores_home") or candidate.get("cutover"):
-        raise ConfigError(f"{shadow.home}: its generation is itself a cut-over; build the shadow again")
-    _same_graph(current, candidate, serving["profile"])
-    manifest = {**candidate, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": _now(),
-                "stores_home": str(shadow.home), "serving": serving,
-                "cutover": {"profile": serving["profile"], "previous": current["generation"],
-                            "shadow_generation": candidate["generation"], "at": _now()}}
+    name = serving["profile"]
+    if shadow is None:
+        if current.get("serving"):
+            raise ConfigError(f"live generation {current['generation']} serves profile "
+                              f"{current['serving']['profile']!r}; `mtrag rollback` to the index it replaced first")
+        candidate, moved = current, {}
+    else:
+        candidate = _current(shadow, name)
+        if candidate.get("stores_home") or candidate.get("cutover"):
+            raise ConfigError(f"{shadow.home}: its generation is itself a cut-over; build the shadow again")
+        _same_graph(current, candidate, name)
+        moved = {"stores_home": str(shadow.home)}
+    manifest = {**{k: v for k, v in candidate.items() if k not in ("stores_home", "rollback", "quality")},
+                **moved, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": _now(),
+                "serving": serving,
+                "cutover": {"profile": name, "previous": current["generation"], "at": _now(),
+                            "shadow_generation": None if shadow is None else candidate["generation"]}}
     if golden is not None:
         verdict = judge(golden, ranks or {}, current)
         if not verdict.passed:
             if not accept_quality_drop:
-                raise CutoverRefused(_refusal(verdict, serving["profile"], current["generation"]))
+                raise CutoverRefused(_refusal(verdict, name, current["generation"]))
             verdict.record["accepted_drop"] = {**accepted_record(verdict), "how": "mtrag cutover --accept-quality-drop"}
         manifest["quality"] = verdict.record
     manifests.publish(live.manifest_dir, manifest)
     return manifest
+
+
+def gated_ranks(manifest: dict, golden: GoldenFile, serving: dict) -> dict[str, int | None] | None:
+    """The golden ranks a shadow's own publish measured, read with the profile it serves: reused
+    when the golden file and the profile are the ones it was measured with (None: ask again)."""
+    quality = manifest.get("quality") or {}
+    if quality.get("golden_digest") != golden.digest or manifest.get("serving") != serving:
+        return None
+    per_query = quality.get("per_query") or {}
+    if any(per_query.get(q.id, {}).get("digest") != q.digest for q in golden.queries):
+        return None
+    return {q.id: per_query[q.id]["rank"] for q in golden.queries}
 
 
 def rollback(live: Settings) -> dict:

@@ -15,6 +15,8 @@ from mtrag_resources.publish.checks import CheckOutcome, check_source
 from mtrag_resources.publish.golden import (GoldenFile, QualityRefused, Verdict, accepted_record, clear_refusal,
                                             judge, load_golden, record_refusal)
 from mtrag_resources.publish.reclaim import reclaim
+from mtrag_resources.publish.shadow_home import built_profile
+from mtrag_resources.core.profiles import serving_block
 from mtrag_resources.publish.views import gather_views
 from mtrag_resources.core.config import Settings
 from mtrag_resources.embedding.embedder import Embedder
@@ -82,6 +84,15 @@ def golden_gate(settings: Settings, golden: GoldenFile | None, evaluate: GoldenE
             raise refused
         verdict.record["accepted_drop"] = accepted_record(verdict)
     return verdict
+
+
+def served_profile(settings: Settings, previous: dict | None) -> dict | None:
+    """The profile the generation serves: a shadow home's own (docs/shadow.md), or the one a
+    cut-over made live, which every later build of the live home goes on serving."""
+    built = built_profile(settings.home)
+    if built is not None:
+        return serving_block(built)
+    return (previous or {}).get("serving")
 
 
 def golden_figures(verdict: Verdict) -> dict:
@@ -157,8 +168,9 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                     k: f"mtrag_{k}" for spec in specs
                     for k in ((spec.kind, collection_kind(spec.kind)) if uses_ml else (spec.kind,))}},
             }
-            if (previous or {}).get("serving"):  # a cut-over profile goes on being served (publish/cutover.py)
-                manifest["serving"] = previous["serving"]
+            serving = served_profile(settings, previous)
+            if serving:
+                manifest["serving"] = serving
             verdict = golden_gate(settings, golden, evaluate_golden, manifest, previous, accept_quality_drop,
                                   run_id, meta)
             path = manifests.publish(settings.manifest_dir, manifest)
