@@ -1,13 +1,14 @@
 """Cut-over and rollback under load (issue #56's targets: each under a second, no query stalled
-over 200 ms). A built live home gets a shadow of a fusion-only profile (`mtrag build --profile`),
-`mtrag serve` answers a steady stream of hybrid questions over HTTP, and `mtrag cutover NAME` then
-`mtrag rollback` run beside it. Reports each command's wall time and its publish step, how long the
-server took to answer from the new generation, and the latencies of the questions asked before, and
-around each switch.
+over 200 ms). A built live home, two profiles: `bench-fusion` (fusion {dense: 0.5, fts: 2}: read-time
+settings, no shadow to build) and `bench-fp32` (the fp32 ONNX embedder: a shadow built with
+`mtrag build --profile`, its own local Neo4j). `mtrag serve` answers a steady stream of hybrid
+questions over HTTP while `mtrag cutover NAME` then `mtrag rollback` run beside it, for each.
+Reports each command's wall time, its gate and publish steps, how long the server took to answer
+from the new generation, and the latencies of the questions asked before and around each switch.
 
-Usage: python bench/cutover.py --home HOME [--sources FILE] [--profile NAME] [--out bench/out/cutover.json]
-  HOME must be published; the profile (default `bench-fusion`: fusion {dense: 0.5, fts: 2}, ranker on,
-  its own local Neo4j) is added to profiles.yaml beside the sources file if that file has none.
+Usage: python bench/cutover.py --home HOME [--sources FILE] [--out bench/out/cutover.json]
+  HOME must be published; the profiles are written to profiles.yaml beside the sources file, which
+  must not exist yet (or already hold them).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import REPO, mtrag_env, percentile, run_mtrag, write_json  # noqa: E402
 from bench.http_load import free_port, request, start_server, stop_server, texts_for, wait_healthy  # noqa: E402
 
-PROFILE = "bench-fusion"
-PROFILES = f"profiles:\n  {PROFILE}:\n    fusion: {{dense: 0.5, fts: 2}}\n    neo4j_uri: local\n"
+PROFILES = ("profiles:\n  bench-fusion:\n    fusion: {dense: 0.5, fts: 2}\n"
+            "  bench-fp32:\n    embedder: {backend: onnx}\n    neo4j_uri: local\n")
 WINDOW_S = 2.0  # the questions asked from a command's start to this long after the server switched
 SWAP_S = 1.0    # the questions asked this close to the server's first answer from the new generation
 
@@ -34,9 +35,12 @@ def ask_loop(port: int, texts: list[str], stop: threading.Event, log: list) -> N
     i = 0
     while not stop.is_set():
         t0 = time.perf_counter()
-        status, body = request(port, "/v1/query", {"query": texts[i % len(texts)], "k": 10}, 30)
-        ms = (time.perf_counter() - t0) * 1000
-        log.append((t0, ms, json.loads(body).get("generation") if status == 200 else f"http {status}"))
+        try:
+            status, body = request(port, "/v1/query", {"query": texts[i % len(texts)], "k": 10}, 30)
+            answer = json.loads(body).get("generation") if status == 200 else f"http {status}: {body[:200]!r}"
+        except OSError as exc:
+            answer = f"{type(exc).__name__}: {exc}"
+        log.append((t0, (time.perf_counter() - t0) * 1000, answer))
         i += 1
 
 
@@ -54,7 +58,9 @@ def switch(name: str, args: list[str], env: dict, log: list) -> dict:
     # the questions in flight around the swap itself (not the gate's queries in the command's process)
     at_swap = [ms for t, ms, _ in log if served_at is not None and abs(t - served_at) <= SWAP_S]
     publish = re.search(r"publish ([\d.]+) s", output)
+    gate = re.search(r"gate ([\d.]+) s", output)
     return {"command": name, "wall_s": round(wall, 3), "publish_s": float(publish.group(1)) if publish else None,
+            "gate_s": float(gate.group(1)) if gate else None,
             "served_after_command_s": None if served_at is None else round(served_at - t_end, 3),
             "questions": len(window), "max_ms": round(max(window), 1) if window else None,
             "p95_ms": round(percentile(window, 95), 1) if window else None,
@@ -66,7 +72,6 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--home", required=True)
     ap.add_argument("--sources")
-    ap.add_argument("--profile", default=PROFILE)
     ap.add_argument("--out", default=str(REPO / "bench/out/cutover.json"))
     args = ap.parse_args()
     home = Path(args.home).resolve()
@@ -75,32 +80,34 @@ def main() -> None:
     if not profiles.exists():
         profiles.write_text(PROFILES)
     env = mtrag_env(home, sources, MTRAG_BUILD_SERVER="off")
-    shadow_s, _, _ = run_mtrag(["build", "--profile", args.profile], env)
-    print(f"shadow build of {args.profile}: {shadow_s:.1f} s")
+    built = {}
+    for name in ("bench-fusion", "bench-fp32"):
+        built[name] = round(run_mtrag(["build", "--profile", name], env)[0], 1)
+        print(f"mtrag build --profile {name}: {built[name]} s")
     port = free_port()
     server = start_server(home, port)
-    stop, log = threading.Event(), []
+    stop, log, runs = threading.Event(), [], {}
     try:
         wait_healthy(server, port, 120)
         _, texts = texts_for(home, 50, 7)
-        loop = threading.Thread(target=ask_loop, args=(port, texts, stop, log), daemon=True)
-        loop.start()
+        threading.Thread(target=ask_loop, args=(port, texts, stop, log), daemon=True).start()
         time.sleep(5)
-        steady = [ms for _, ms, _ in log[len(log) // 5:]]
-        cut = switch("cutover", ["cutover", args.profile], env, log)
-        time.sleep(3)
-        back = switch("rollback", ["rollback"], env, log)
-        time.sleep(2)
+        steady = [ms for _, ms, _ in log[len(log) // 5:]] or [float("nan")]
+        for name in built:
+            runs[name] = {"cutover": switch("cutover", ["cutover", name], env, log)}
+            time.sleep(3)
+            runs[name]["rollback"] = switch("rollback", ["rollback"], env, log)
+            time.sleep(2)
     finally:
         stop.set()
         stop_server(server)
-        run_mtrag(["neo4j", "stop"], {**env, "MTRAG_HOME": str(home / "shadows" / args.profile),
-                                      "DAGSTER_HOME": str(home / "shadows" / args.profile / "dagster_home")})
+        shadow = home / "shadows" / "bench-fp32"
+        run_mtrag(["neo4j", "stop"], {**env, "MTRAG_HOME": str(shadow), "DAGSTER_HOME": str(shadow / "dagster_home")})
     errors = [g for _, _, g in log if isinstance(g, str)]
-    result = {"home": str(home), "profile": args.profile, "shadow_build_s": round(shadow_s, 1),
+    result = {"home": str(home), "profile_build_s": built,
               "steady": {"questions": len(steady), "p50_ms": round(percentile(steady, 50), 1),
                          "p95_ms": round(percentile(steady, 95), 1), "max_ms": round(max(steady), 1)},
-              "cutover": cut, "rollback": back, "errors": errors[:5], "error_count": len(errors)}
+              "runs": runs, "errors": errors[:5], "error_count": len(errors)}
     print(json.dumps(result, indent=1))
     write_json(args.out, result)
 

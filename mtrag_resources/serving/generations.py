@@ -66,14 +66,17 @@ def stores_settings(settings: Settings, manifest: dict | None) -> Settings:
 class Generations:
     """Open stores for the currently published generation (or for `manifest_override`: the
     golden gate's candidate, which never reloads). `on_first_load(manifest)` runs when the first
-    generation is about to open (the reader preloads its embedder beside the stores)."""
+    generation is about to open (the reader preloads its embedder beside the stores);
+    `before_switch(manifest)` when a later one has opened, before the swap (its embedder made ready)."""
 
     def __init__(self, settings: Settings, side_pool: ThreadPoolExecutor, manifest_override: dict | None = None,
-                 on_first_load: Callable[[dict], None] | None = None):
+                 on_first_load: Callable[[dict], None] | None = None,
+                 before_switch: Callable[[dict], None] | None = None):
         self.settings = settings
         self._manifest_override = manifest_override
         self._side_pool = side_pool
         self._on_first_load = on_first_load
+        self._before_switch = before_switch
         self.lock = SharedLock()                   # the loaded generation: queries share, reloads own
         self.qdrant_lock = threading.Lock()        # embedded Qdrant's client is not thread-safe
         self._switching = threading.Lock()         # one thread opens a new generation at a time
@@ -175,6 +178,8 @@ class Generations:
                 self._switch_retry_at = time.monotonic() + SWITCH_RETRY_S
                 return
             self.switch_error = None
+            if not first_load and manifest and self._before_switch is not None:
+                self._before_switch(manifest)
             self._warm_next(stores, manifest, adopted, prepared, first_load)
             self._swap(stores, manifest, stamp, adopted, first_load)
         finally:

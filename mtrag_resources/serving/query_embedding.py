@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import OrderedDict
 import time
 
 from mtrag_resources.core.config import chosen
@@ -20,6 +21,7 @@ from mtrag_resources.serving.translation import QueryTranslator, Translation
 # what an English question asks of the Chinese chunks is in its first words.
 ML_QUERY_WORDS = 24
 ML_QUERY_CJK_CHARS = 128
+KEEP_EMBEDDERS = 2
 EMBEDDER_VARIABLES = (("model", "MTRAG_EMBED_MODEL"), ("device", "MTRAG_EMBED_DEVICE"),
                       ("backend", "MTRAG_EMBED_BACKEND"))
 
@@ -47,7 +49,9 @@ class QueryEmbedders:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._embedder = None
+        # (model, device, backend) -> its embedder, the latest used last: the generation served and
+        # the one before it, so a cut-over and its rollback each find theirs loaded
+        self._embedders: OrderedDict = OrderedDict()
         self._multilingual = None
         self.translator = QueryTranslator()        # a Chinese question's English words (loaded on first use)
 
@@ -89,6 +93,12 @@ class QueryEmbedders:
         with contextlib.suppress(Exception):
             self.embedder_for(manifest).model  # noqa: B018 - loads the model files
 
+    def prepare(self, manifest: dict) -> None:
+        """Before a switch to `manifest`'s generation: its query embedder loaded and run once, so
+        the first question after the swap does not wait for another model (a cut-over's)."""
+        with contextlib.suppress(Exception):
+            self.embedder_for(manifest).encode(["warm"])
+
     def embedder_for(self, manifest: dict):
         """The query embedder of `manifest`'s generation: this process's MTRAG_EMBED_* where set,
         else what the manifest serves (a cut-over profile's), else the defaults."""
@@ -104,11 +114,14 @@ class QueryEmbedders:
             if not settings["backend"] and config.device.startswith("cpu"):
                 # unset: embed queries the way the published generation embedded its chunks
                 config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
-            loaded = self._embedder.config if self._embedder is not None else None
-            if loaded is None or (loaded.model, loaded.device, loaded.backend) != (config.model, config.device,
-                                                                                  config.backend):
-                self._embedder = Embedder(config)
-        fp = self._embedder.fingerprint  # cached: what the loaded model is (not its files' state, read again per query)
+            key = (config.model, config.device, config.backend)
+            embedder = self._embedders.get(key)
+            if embedder is None:
+                embedder = self._embedders[key] = Embedder(config)
+                while len(self._embedders) > KEEP_EMBEDDERS:
+                    self._embedders.popitem(last=False)
+            self._embedders.move_to_end(key)
+        fp = embedder.fingerprint  # cached: what the loaded model is (not its files' state, read again per query)
         keys = ("model_id", "dim", "max_seq_length", "normalize", "prompt", "vectors")
         fp, expected = _with_vector_kind(fp), _with_vector_kind(expected)
         diff = {k: (fp.get(k), expected.get(k)) for k in keys if fp.get(k) != expected.get(k)}
@@ -117,7 +130,7 @@ class QueryEmbedders:
                 "the query embedder does not match the published generation's embedder: "
                 + ", ".join(f"{k}: query {a!r} vs manifest {b!r}" for k, (a, b) in diff.items())
                 + " (set MTRAG_EMBED_MODEL to the manifest's model or rebuild)")
-        return self._embedder
+        return embedder
 
 
 def _with_vector_kind(fp: dict) -> dict:

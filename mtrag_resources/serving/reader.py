@@ -68,7 +68,8 @@ class ReaderCore:
         # A query's side reads (the query embedding, the graph's markers) run here while its own
         # thread searches FTS and Qdrant: onnxruntime and the Neo4j socket release the GIL.
         self.side_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mtrag-query-side")
-        self.generations = Generations(settings, self.side_pool, manifest_override, self._first_load)
+        self.generations = Generations(settings, self.side_pool, manifest_override, self._first_load,
+                                       self._before_switch)
 
     def fusion_weights(self, manifest: dict | None) -> dict:
         """The fusion weights for `manifest`'s generation: the defaults, then those of the profile
@@ -90,6 +91,12 @@ class ReaderCore:
         """The first generation opens: a query that embeds has its embedder loaded beside it."""
         if self._dense_wanted and manifest.get("embedder"):
             self.side_pool.submit(self.embedders.preload, manifest)
+
+    def _before_switch(self, manifest: dict) -> None:
+        """A serving reader's switch thread, before the swap: the next generation's query embedder
+        ready (another one after a cut-over)."""
+        if self._dense_wanted and manifest.get("embedder"):
+            self.embedders.prepare(manifest)
 
     def refresh(self) -> None:
         self.generations.refresh()
