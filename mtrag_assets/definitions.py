@@ -17,6 +17,7 @@ from mtrag_assets.jobs import IN_PROCESS_BY_DEFAULT, JOBS
 from mtrag_assets.resources import IndexReaderResource, MtragResource
 from mtrag_assets.schedules import nightly_rebuild
 from mtrag_assets.sensors import source_changes, sources_sync
+from mtrag_assets.shadow_events import SHADOW_ASSETS
 
 tune_gc()  # the code server and every run worker build rows by the million (core/gc_tuning.py)
 
@@ -34,7 +35,7 @@ publish_automation = dg.AutomationConditionSensorDefinition(
                 "and none is in progress, it requests one run that resolves the links and publishes.")
 
 defs = dg.Definitions(
-    assets=ALL_ASSETS,
+    assets=ALL_ASSETS + SHADOW_ASSETS,
     asset_checks=ALL_CHECKS,
     jobs=JOBS,
     schedules=[nightly_rebuild],

@@ -191,6 +191,29 @@ def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: P
     assert all(a["generation"] == 7 and a["stale"] == [] for a in _answers())
     late = mtrag("rollback")
     assert late.returncode == 2 and "built after the cut-over of 'fp32'" in late.stderr
+    _shown_in_dagster(live)
+
+
+def _shown_in_dagster(live: Settings) -> None:
+    """The shadow build, the comparisons and each cut-over and rollback, as the live instance holds them."""
+    import dagster as dg
+    with dg.DagsterInstance.from_config(str(live.dagster_home)) as instance:
+        def events(key: str) -> list:
+            return [r.event_log_entry.asset_materialization
+                    for r in instance.fetch_materializations(dg.AssetKey(key), limit=50, ascending=True).records]
+        assert set(instance.get_dynamic_partitions("profiles")) == {"fp32", "fts-heavy"}
+        built = events("shadow_generation")
+        assert [m.partition for m in built] == ["fp32"]
+        assert built[0].metadata["settings"].value == {"embedder": {"backend": "onnx"}, "neo4j_uri": "local",
+                                                       "description": "torch's fp32 vectors through onnxruntime"}
+        assert built[0].metadata["golden_recall"].value == 1.0
+        compared = events("shadow_comparison")
+        assert [m.partition for m in compared] == ["fts-heavy", "fts-heavy", "fp32", "fp32", "fts-heavy"]
+        assert compared[2].metadata["against_recall"].value == 1.0 and "| id" in compared[2].metadata["report"].value
+        published = [m for m in events("index_manifest") if m.tags.get("mtrag/cutover") or m.tags.get("mtrag/rollback")]
+        assert [(m.metadata["generation"].value, m.tags) for m in published] == [
+            (2, {"mtrag/cutover": "fp32"}), (3, {"mtrag/rollback": "fp32"}), (4, {"mtrag/cutover": "fts-heavy"}),
+            (5, {"mtrag/rollback": "fts-heavy"}), (6, {"mtrag/cutover": "fp32"})]
 
 
 def _serve_and_ask(questions: list[str], **env: str) -> None:

@@ -18,6 +18,16 @@ def _profile(live: Settings, name: str) -> tuple[Profile, dict]:
     return profile, env
 
 
+def _record(record, *args) -> None:
+    """What the command did, shown in the live instance's Dagster UI (shadow_events.py); a failure
+    to record it is said, not raised: the command itself is done."""
+    try:
+        record(*args)
+    except Exception as exc:  # noqa: BLE001 - the instance (PostgreSQL, say) may be down
+        import sys
+        print(f"mtrag: not recorded in the Dagster instance: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def _published(home) -> bool:
     from mtrag_resources.core.layout import current_path
     return current_path(Settings(home=home).manifest_dir).is_file()
@@ -50,6 +60,10 @@ def build_profile(args, live: Settings, specs, build_here) -> int:
           + (f"; linked the live home's {said}" if seeded else "") + ")", flush=True)
     with applied(env):
         code = build_here(Settings.from_env().ensure(), args, specs)
+    shadow = load_current(Settings(home=home).manifest_dir)
+    if code == 0 and shadow:
+        from mtrag_assets.shadow_events import record_shadow_build
+        _record(record_shadow_build, live, profile.as_dict(), shadow)
     print(f"live CURRENT unchanged (generation {live_generation}); compare with `mtrag compare live {profile.name}`")
     return code
 
@@ -75,6 +89,8 @@ def cmd_compare(args) -> int:
                           "give one with --queries FILE")
     report = compare.compare(sides[0], sides[1], golden)
     print(compare.render(report))
+    from mtrag_assets.shadow_events import record_comparison
+    _record(record_comparison, live, report, compare.markdown(report))
     if args.out:
         written = compare.write(report, Path(args.out))
         print(f"wrote {written['json']} and {written['markdown']}")
@@ -137,6 +153,8 @@ def cmd_cutover(args) -> int:
     t1 = time.perf_counter()
     manifest = cutover.promote(live, shadow, serving, golden, ranks, args.accept_quality_drop)
     t2 = time.perf_counter()
+    from mtrag_assets.shadow_events import record_publish
+    _record(record_publish, live, manifest, "cutover")
     quality = manifest.get("quality")
     said = f"golden recall {quality['recall']:.3f}, {how}" if quality else f"no golden file at {live.golden_file}"
     what = f"{args.name}'s generation {manifest['cutover']['shadow_generation']}" if shadow else \
@@ -154,7 +172,10 @@ def _golden_ranks(side, golden) -> dict:
 
 def cmd_rollback(args) -> int:
     from mtrag_resources.publish import cutover
-    manifest = cutover.rollback(Settings.from_env())
+    live = Settings.from_env()
+    manifest = cutover.rollback(live)
+    from mtrag_assets.shadow_events import record_publish
+    _record(record_publish, live, manifest, "rollback")
     back = manifest["rollback"]
     print(f"rolled back: live generation {manifest['generation']} is generation {back['restored']} again "
           f"(the cut-over to {back['profile']!r}, generation {back['from']}, is no longer served)")
