@@ -253,8 +253,9 @@ def _add_build_commands(command) -> None:
                 "a generation; prints each stage as it starts and ends with its counts and seconds.")
     add_build_arguments(p)
     p.set_defaults(func=cmd_build)
-    from mtrag_assets.app.shadow_cli import add_compare_parser, add_cutover_parsers
+    from mtrag_assets.app.shadow_cli import add_compare_parser, add_compare_stores_parser, add_cutover_parsers
     add_compare_parser(command)
+    add_compare_stores_parser(command)
     add_cutover_parsers(command)
 
     p = command("build-server", "a long-lived process that runs `mtrag build` without its start-up cost",

@@ -70,7 +70,6 @@ def build_profile(args, live: Settings, specs, build_here) -> int:
 
 def cmd_compare(args) -> int:
     from mtrag_resources.core.errors import ConfigError, NotPublished
-    from mtrag_resources.publish.golden import load_golden
     from mtrag_resources.serving import compare
     live = Settings.from_env()
     if args.a == args.b:
@@ -78,16 +77,7 @@ def cmd_compare(args) -> int:
     if not _published(live.home):
         raise NotPublished(f"{LIVE}: {live.home} has no published generation; run mtrag build")
     sides = [_side(live, name) for name in (args.a, args.b)]
-    path = Path(args.queries) if args.queries else live.golden_file
-    if path.suffix == ".jsonl" and path.is_file():  # `mtrag serve`'s query log (MTRAG_QUERY_LOG)
-        from mtrag_resources.serving.query_log import logged_queries
-        golden = logged_queries(path)
-    else:
-        golden = load_golden(path)
-    if golden is None:
-        raise ConfigError(f"{path}: no such query file (golden format: docs/retrieval.md#golden-queries); "
-                          "give one with --queries FILE")
-    report = compare.compare(sides[0], sides[1], golden)
+    report = compare.compare(sides[0], sides[1], _queries(live, args.queries))
     print(compare.render(report))
     from mtrag_assets.shadow_events import record_comparison
     _record(record_comparison, live, report, compare.markdown(report))
@@ -95,6 +85,22 @@ def cmd_compare(args) -> int:
         written = compare.write(report, Path(args.out))
         print(f"wrote {written['json']} and {written['markdown']}")
     return 0
+
+
+def _queries(live: Settings, given: str | None):
+    """The query set of `--queries` (the golden file's format, or `mtrag serve`'s query log), or
+    the golden file."""
+    from mtrag_resources.core.errors import ConfigError
+    from mtrag_resources.publish.golden import load_golden
+    path = Path(given) if given else live.golden_file
+    if path.suffix == ".jsonl" and path.is_file():  # `mtrag serve`'s query log (MTRAG_QUERY_LOG)
+        from mtrag_resources.serving.query_log import logged_queries
+        return logged_queries(path)
+    golden = load_golden(path)
+    if golden is None:
+        raise ConfigError(f"{path}: no such query file (golden format: docs/retrieval.md#golden-queries); "
+                          "give one with --queries FILE")
+    return golden
 
 
 def _side(live: Settings, name: str):
@@ -196,3 +202,49 @@ def add_cutover_parsers(command) -> None:
                 "Publish again the generation the served cut-over replaced (only while CURRENT is the "
                 "cut-over itself). docs/shadow.md#cut-over.")
     p.set_defaults(func=cmd_rollback)
+
+
+def cmd_compare_stores(args) -> int:
+    from mtrag_resources.core.errors import ConfigError
+    from mtrag_resources.serving import compare_stores
+    live = Settings.from_env()
+    if not 1 <= args.k <= 100:
+        raise ConfigError(f"--k {args.k}: must be 1 to 100")
+    url = args.pg_url or _local_postgres(live)
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"--pg-url {url!r}: expected postgresql://user:password@host:port/database")
+    texts = [q.query for q in _queries(live, args.queries).queries]
+    report = compare_stores.compare_stores(live, url, texts, args.k)
+    print(compare_stores.render(report))
+    if args.out:
+        import json
+        from mtrag_resources.core.atomic import write_text_atomic
+        path = Path(args.out) / "compare-stores.json"
+        write_text_atomic(path, json.dumps(report, indent=1))
+        print(f"wrote {path}")
+    return 0
+
+
+def _local_postgres(live: Settings) -> str:
+    from mtrag_resources.core.errors import ConfigError
+    from mtrag_resources.stores.postgres_server import PostgresServer
+    state = PostgresServer(live).status()
+    if not state.get("running"):
+        raise ConfigError("no PostgreSQL to load pgvector into: start this home's with `mtrag postgres start`, "
+                          "or give --pg-url")
+    return state["url"]
+
+
+def add_compare_stores_parser(command) -> None:
+    p = command("compare-stores", "the published vectors in Qdrant and in pgvector, searched alike",
+                "Load the published generation's dense vectors into pgvector on PostgreSQL (HNSW, cosine) "
+                "and search both stores with the same query vectors: per collection each store's recall of the "
+                "exact nearest neighbours, the overlap of their top k, search latency, and pgvector's load and "
+                "index time and size. The tables are dropped afterwards. docs/shadow.md#store-comparison.")
+    p.add_argument("--pg-url", metavar="URL", help="the PostgreSQL to load into (default: this home's "
+                                                   "`mtrag postgres` server, if it runs)")
+    p.add_argument("--queries", metavar="FILE",
+                   help="the questions: the golden file's format or a query log (*.jsonl); default the golden file")
+    p.add_argument("--k", type=int, default=10, help="neighbours per query (1-100)")
+    p.add_argument("--out", metavar="DIR", help="also write compare-stores.json into DIR")
+    p.set_defaults(func=cmd_compare_stores)

@@ -371,6 +371,21 @@ class QdrantStore:
             if offset is None:
                 return
 
+    def vectors(self, kind: str) -> Iterator[tuple[str, np.ndarray]]:
+        """Every point of the collection of `kind` as (chunk id, vector): what `mtrag
+        compare-stores` loads into a second store."""
+        name = collection_name(kind)
+        if self.collection_dim(kind) is None:
+            return
+        offset = None
+        while True:
+            records, offset = self.client.scroll(name, limit=_SCROLL_PAGE, offset=offset, with_payload=["chunk_id"],
+                                                 with_vectors=True)
+            for r in records:
+                yield (r.payload or {}).get("chunk_id") or str(r.id), np.asarray(r.vector, dtype=np.float32)
+            if offset is None:
+                return
+
     def _stored_digests(self, name: str, source_id: str) -> dict[str, str | None]:
         """{point id: its `point_digest`} of the source's points (one payload field, no vectors)."""
         return {str(r.id): (r.payload or {}).get(DIGEST_FIELD)
