@@ -18,6 +18,7 @@ from mtrag_assets.resources import IndexReaderResource, MtragResource
 from mtrag_assets.schedules import nightly_rebuild
 from mtrag_assets.sensors import source_changes, sources_sync
 from mtrag_assets.shadow_events import SHADOW_ASSETS
+from mtrag_assets.shadow_jobs import SHADOW_JOBS
 
 tune_gc()  # the code server and every run worker build rows by the million (core/gc_tuning.py)
 
@@ -37,7 +38,7 @@ publish_automation = dg.AutomationConditionSensorDefinition(
 defs = dg.Definitions(
     assets=ALL_ASSETS + SHADOW_ASSETS,
     asset_checks=ALL_CHECKS,
-    jobs=JOBS,
+    jobs=JOBS + SHADOW_JOBS,
     schedules=[nightly_rebuild],
     sensors=[sources_sync, source_changes, publish_automation],
     resources={"mtrag": MtragResource.from_environment(), "index_reader": IndexReaderResource()},

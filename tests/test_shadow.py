@@ -180,7 +180,7 @@ def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: P
     _same_top_k("fts-heavy", tmp_path)
     assert mtrag("rollback").returncode == 0
 
-    assert mtrag("cutover", "fp32").returncode == 0
+    _cut_over_through_dagster(live)
     (docs / "notes.md").write_text("# Notes\n\nRounding happens to cents, half up.\n")
     built = mtrag("build", "--no-server")
     assert built.returncode == 0, built.stderr
@@ -191,7 +191,32 @@ def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: P
     assert all(a["generation"] == 7 and a["stale"] == [] for a in _answers())
     late = mtrag("rollback")
     assert late.returncode == 2 and "built after the cut-over of 'fp32'" in late.stderr
+    _rollback_refused_through_dagster(live)
     _shown_in_dagster(live)
+
+
+def _cut_over_through_dagster(live: Settings) -> None:
+    """The same cut-over as a run of the `shadow_cutover` job, the profile as run config; a
+    rollback run with nothing to roll back fails with the command's error."""
+    import dagster as dg
+    from mtrag_assets.shadow_jobs import shadow_cutover
+    with dg.DagsterInstance.from_config(str(live.dagster_home)) as instance:
+        run = shadow_cutover.execute_in_process(run_config={"ops": {"cut_over": {"config": {"profile": "fp32"}}}},
+                                                instance=instance)
+        assert run.success and _manifest(live)["cutover"]["profile"] == "fp32"
+        assert instance.get_run_by_id(run.run_id).tags["mtrag/shadow"] == "cutover"
+        (only,) = [r for r in instance.get_runs() if r.job_name == "shadow_cutover"]
+        assert only.run_id == run.run_id
+
+
+def _rollback_refused_through_dagster(live: Settings) -> None:
+    import dagster as dg
+    from mtrag_assets.shadow_jobs import shadow_rollback
+    with dg.DagsterInstance.from_config(str(live.dagster_home)) as instance:
+        failed = shadow_rollback.execute_in_process(instance=instance, raise_on_error=False)
+        assert not failed.success
+        (failure,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert "built after the cut-over of 'fp32'" in failure.event_specific_data.error.message
 
 
 def _shown_in_dagster(live: Settings) -> None:
