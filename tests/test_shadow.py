@@ -4,9 +4,12 @@ and its answers stay as they were; `mtrag compare live NAME` reports both on the
 a bad profile is refused in one line naming the file and key (exit 2)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import threading
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +150,44 @@ def _cut_over_and_back(live: Settings, shadow: Path, before: list[dict], docs: P
     read-time settings is cut over without a shadow (4) and rolled back (5); after a last cut-over
     (6), a live build keeps building and serving the profile, embedding only what changed, and
     there is no cut-over left to roll back."""
+    with _asking_throughout(live) as seen:
+        _cut_over_steps(live, shadow, before, docs, tmp_path)
+    # a long-lived reader answered every question, from each generation in turn (a channel the live
+    # build's graph write made stale meanwhile is reported, never mixed: `stale` counts those answers)
+    assert seen["errors"] == [] and seen["empty"] == 0 and {1, 2, 3, 4, 5, 6, 7} <= seen["generations"], seen
+
+
+@contextlib.contextmanager
+def _asking_throughout(live: Settings):
+    """A reader in this process asking a question every few milliseconds until the block ends."""
+    from mtrag_resources.serving.reader import IndexReader
+    reader = IndexReader(home=str(live.home))
+    seen = {"errors": [], "stale": 0, "empty": 0, "generations": set(), "answers": 0}
+    done = threading.Event()
+
+    def ask() -> None:
+        while not done.is_set():
+            try:
+                answer = reader.query(LIVE_QUERIES[seen["answers"] % 3], k=3)
+                seen["generations"].add(answer.generation)
+                seen["stale"] += bool(answer.stale)
+                seen["empty"] += not answer.hits
+                seen["answers"] += 1
+            except Exception as exc:  # noqa: BLE001 - every failure is what the test reports
+                seen["errors"].append(f"{type(exc).__name__}: {exc}")
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join(timeout=60)
+        reader.close()
+
+
+def _cut_over_steps(live: Settings, shadow: Path, before: list[dict], docs: Path, tmp_path: Path) -> None:
     cut = mtrag("cutover", "fp32")
     assert cut.returncode == 0, cut.stdout + cut.stderr
     assert ("cut over: live generation 2 is fp32's generation 1 (golden recall 1.000, the shadow's own golden "
