@@ -62,6 +62,7 @@ def switch(name: str, args: list[str], env: dict, log: list) -> dict:
     return {"command": name, "wall_s": round(wall, 3), "publish_s": float(publish.group(1)) if publish else None,
             "gate_s": float(gate.group(1)) if gate else None,
             "served_after_command_s": None if served_at is None else round(served_at - t_end, 3),
+            "served_after_start_s": None if served_at is None else round(served_at - t0, 3),
             "questions": len(window), "max_ms": round(max(window), 1) if window else None,
             "p95_ms": round(percentile(window, 95), 1) if window else None,
             "at_swap": {"questions": len(at_swap), "max_ms": round(max(at_swap), 1) if at_swap else None},

@@ -109,3 +109,14 @@ def test_a_profile_s_serving_block_names_what_it_sets():
     assert serving_block(profile.as_dict()) == {
         "profile": "fp32", "fusion": {"fts": 2.0},
         "environment": {"MTRAG_EMBED_BACKEND": "onnx", "MTRAG_RANKER": "off"}}
+
+
+def test_a_read_time_profile_s_measured_ranks_hold_for_the_generation_measured(tmp_path):
+    live, shadow, golden = _homes(tmp_path)
+    weights = {"profile": "fts-heavy", "fusion": {"fts": 4.0}, "environment": {}}
+    ranks = {"lookup-rate": 1, "cart-total": 1, "guide": 3}
+    cutover.record_measured(shadow.home, 1, weights, golden, ranks)
+    assert cutover.measured_ranks(shadow.home, 1, golden, weights) == ranks
+    assert cutover.measured_ranks(shadow.home, 2, golden, weights) is None  # live moved since
+    assert cutover.measured_ranks(shadow.home, 1, golden, {**weights, "fusion": {"fts": 2.0}}) is None
+    assert cutover.measured_ranks(tmp_path / "nowhere", 1, golden, weights) is None

@@ -14,11 +14,15 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from mtrag_resources.core.atomic import write_text_atomic
 from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import ConfigError, NotPublished, PublishError
 from mtrag_resources.core.layout import manifest_path
 from mtrag_resources.publish import manifest as manifests
 from mtrag_resources.publish.golden import GoldenFile, Verdict, accepted_record, judge, regression_lines
+
+
+MEASURED = "measured.json"  # in a read-time profile's shadow folder: its golden ranks on the live generation
 
 
 class CutoverRefused(PublishError):
@@ -70,6 +74,28 @@ def gated_ranks(manifest: dict, golden: GoldenFile, serving: dict) -> dict[str, 
     if any(per_query.get(q.id, {}).get("digest") != q.digest for q in golden.queries):
         return None
     return {q.id: per_query[q.id]["rank"] for q in golden.queries}
+
+
+def record_measured(shadow_home: Path, live_generation: int, serving: dict, golden: GoldenFile,
+                    ranks: dict[str, int | None]) -> dict:
+    """What `mtrag build --profile NAME` measures for a profile of read-time settings (it has no
+    stores to build): the golden ranks of the live generation read with it, for its cut-over."""
+    record = {"generation": int(live_generation), "serving": serving, "quality": judge(golden, ranks, None).record}
+    write_text_atomic(Path(shadow_home) / MEASURED, json.dumps(record, indent=1, sort_keys=True))
+    return record
+
+
+def measured_ranks(shadow_home: Path, live_generation: int, golden: GoldenFile,
+                   serving: dict) -> dict[str, int | None] | None:
+    """The ranks record_measured kept, while the live generation, the golden file and the profile
+    are the ones measured (None: ask again)."""
+    try:
+        record = json.loads((Path(shadow_home) / MEASURED).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if record.get("generation") != int(live_generation):
+        return None
+    return gated_ranks(record, golden, serving)
 
 
 def rollback(live: Settings) -> dict:
