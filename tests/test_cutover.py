@@ -120,3 +120,22 @@ def test_a_read_time_profile_s_measured_ranks_hold_for_the_generation_measured(t
     assert cutover.measured_ranks(shadow.home, 2, golden, weights) is None  # live moved since
     assert cutover.measured_ranks(shadow.home, 1, golden, {**weights, "fusion": {"fts": 2.0}}) is None
     assert cutover.measured_ranks(tmp_path / "nowhere", 1, golden, weights) is None
+
+
+def test_a_cut_over_waits_for_a_publish_in_progress(tmp_path):
+    """A build's publish step holds the publish lock from reading CURRENT to moving it: a cut-over
+    in another thread (or process) waits, then numbers after what the publish wrote."""
+    import threading
+    import time
+    from mtrag_resources.publish.build_state import publish_lock
+    live, shadow, golden = _homes(tmp_path)
+    done: list = []
+    with publish_lock(live):
+        waiting = threading.Thread(target=lambda: done.append(cutover.promote(
+            live, shadow, SERVING, golden, {"lookup-rate": 1, "cart-total": 1, "guide": 1})))
+        waiting.start()
+        time.sleep(0.3)
+        assert not done
+        publish(live.manifest_dir, {**load_current(live.manifest_dir), "generation": 2})  # the build's publish
+    waiting.join(timeout=10)
+    assert done[0]["generation"] == 3 and done[0]["cutover"]["previous"] == 2

@@ -119,3 +119,15 @@ def source_lock(settings: Settings, source_id: str):
         yield
     finally:
         fh.close()
+
+
+@contextmanager
+def publish_lock(settings: Settings):
+    """One writer of the manifest series at a time, across processes: a build's publish step from
+    reading the published manifest to moving CURRENT, a cut-over, a rollback. A second one waits
+    (these steps take seconds); a holder that dies releases it."""
+    path = settings.locks_dir / "publish.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield

@@ -19,6 +19,7 @@ from mtrag_resources.core.config import Settings
 from mtrag_resources.core.errors import ConfigError, NotPublished, PublishError
 from mtrag_resources.core.layout import manifest_path
 from mtrag_resources.publish import manifest as manifests
+from mtrag_resources.publish.build_state import publish_lock
 from mtrag_resources.publish.golden import GoldenFile, Verdict, accepted_record, judge, regression_lines
 
 
@@ -31,6 +32,13 @@ class CutoverRefused(PublishError):
 
 def promote(live: Settings, shadow: Settings | None, serving: dict, golden: GoldenFile | None,
             ranks: dict[str, int | None] | None, accept_quality_drop: bool = False) -> dict:
+    """_promote under the publish lock (a build publishing meanwhile waits, and then reads this)."""
+    with publish_lock(live):
+        return _promote(live, shadow, serving, golden, ranks, accept_quality_drop)
+
+
+def _promote(live: Settings, shadow: Settings | None, serving: dict, golden: GoldenFile | None,
+             ranks: dict[str, int | None] | None, accept_quality_drop: bool = False) -> dict:
     """Publish the shadow's generation as the live home's next one; returns its manifest.
     `shadow` None: a profile of read-time settings alone, which has no stores of its own: the live
     generation is published again with it. `ranks`: the golden queries' best ranks on the
@@ -101,6 +109,11 @@ def measured_ranks(shadow_home: Path, live_generation: int, golden: GoldenFile,
 def rollback(live: Settings) -> dict:
     """Publish again the generation the served cut-over replaced; returns its manifest. Only while
     CURRENT is the cut-over itself: a live build after it wrote the live stores with the profile."""
+    with publish_lock(live):
+        return _rollback(live)
+
+
+def _rollback(live: Settings) -> dict:
     current = _current(live, "live")
     cut = current.get("cutover")
     if not cut:

@@ -14,6 +14,7 @@ from mtrag_resources.publish import manifest as manifests
 from mtrag_resources.publish.checks import CheckOutcome, check_source
 from mtrag_resources.publish.golden import (GoldenFile, QualityRefused, Verdict, accepted_record, clear_refusal,
                                             judge, load_golden, record_refusal)
+from mtrag_resources.publish.build_state import publish_lock
 from mtrag_resources.publish.reclaim import reclaim
 from mtrag_resources.publish.shadow_home import built_profile
 from mtrag_resources.core.profiles import serving_block
@@ -119,6 +120,16 @@ def build_index_manifest(settings: Settings, specs: list[SourceSpec], embedder: 
                          run_id: str = "", multilingual: MultilingualEmbedder | None = None,
                          evaluate_golden: GoldenEvaluator | None = None,
                          accept_quality_drop: bool = False) -> StageResult:
+    """_publish under the publish lock: no cut-over or other publish moves CURRENT between its
+    reading of the published manifest and its own move."""
+    with publish_lock(settings):
+        return _publish(settings, specs, embedder, run_id, multilingual, evaluate_golden, accept_quality_drop)
+
+
+def _publish(settings: Settings, specs: list[SourceSpec], embedder: Embedder,
+             run_id: str = "", multilingual: MultilingualEmbedder | None = None,
+             evaluate_golden: GoldenEvaluator | None = None,
+             accept_quality_drop: bool = False) -> StageResult:
     """`evaluate_golden(settings, golden, candidate_manifest) -> {query id: rank or None}` runs the
     golden queries on the candidate (the application passes `serving.golden.evaluate_candidate`:
     this layer may not import the reader); required where a golden file exists. A candidate the
