@@ -40,7 +40,8 @@ def _instance(live: Settings) -> dg.DagsterInstance:
 
 def _settings_metadata(profile: dict) -> dict:
     return {"profile": profile["name"], "settings": dg.MetadataValue.json(
-        {k: profile.get(k) for k in ("embedder", "fusion", "ranker", "neo4j_uri", "description") if profile.get(k)})}
+        {k: profile.get(k) for k in ("embedder", "fusion", "ranker", "neo4j_uri", "qdrant", "description")
+         if profile.get(k)})}
 
 
 def record_shadow_build(live: Settings, profile: dict, manifest: dict) -> None:

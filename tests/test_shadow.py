@@ -334,6 +334,24 @@ def test_a_bad_profile_is_one_line_naming_the_file_and_key(tmp_path, monkeypatch
 
 
 @pytest.mark.unit
+def test_a_shadow_never_writes_the_live_qdrant_server(tmp_path, monkeypatch):
+    """With QDRANT_URL set, a profile that changes the index must keep its vectors in its own home."""
+    from mtrag_resources.core.profiles import ProfileConfigError, environment, load_profile
+    path = tmp_path / "profiles.yaml"
+    path.write_text("profiles:\n  p1: {embedder: {backend: onnx}, neo4j_uri: local}\n"
+                    "  p2: {embedder: {backend: onnx}, neo4j_uri: local, qdrant: embedded}\n")
+    monkeypatch.setenv("QDRANT_URL", "http://127.0.0.1:6333")
+    home = tmp_path / "home"
+    with pytest.raises(ProfileConfigError, match=r"profiles\.p1\.qdrant: QDRANT_URL names the live vectors' server"):
+        environment(load_profile(path, "p1"), path, home / "shadows" / "p1", path, path)
+    env = environment(load_profile(path, "p2"), path, home / "shadows" / "p2", path, path)
+    assert env["QDRANT_URL"] is None and env["QDRANT_API_KEY"] is None and env["MTRAG_HOME"].endswith("p2")
+    path.write_text("profiles:\n  p3: {qdrant: http://other:6333}\n")
+    with pytest.raises(ProfileConfigError, match=r"profiles\.p3\.qdrant: must be 'embedded'"):
+        load_profile(path, "p3")
+
+
+@pytest.mark.unit
 def test_compare_refuses_a_shadow_never_built(tmp_path, monkeypatch, capsys):
     from mtrag_assets.app.cli import main
     from tests.corpus import write_corpus

@@ -21,10 +21,11 @@ from mtrag_resources.core.errors import ConfigError
 LIVE = "live"  # what `mtrag compare` calls the published home; no profile may take the name
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 LOCAL_NEO4J = "local"   # a profile's `neo4j_uri`: a local server in the shadow's own home
+LOCAL_QDRANT = "embedded"  # a profile's `qdrant`: the embedded store in the shadow's own home
 BACKENDS = ("onnx-int8", "onnx", "torch")
 CHANNELS = ("dense", "fts", "exact")
 
-_PROFILE_KEYS = {"embedder", "fusion", "ranker", "neo4j_uri", "description"}
+_PROFILE_KEYS = {"embedder", "fusion", "ranker", "neo4j_uri", "qdrant", "description"}
 _EMBEDDER_KEYS = {"model", "backend", "device"}
 
 
@@ -39,6 +40,7 @@ class Profile:
     fusion: dict = field(default_factory=dict)     # channel -> weight (weighted RRF)
     ranker: str | None = None                      # "on" | "off" | None (as live)
     neo4j_uri: str | None = None                   # a server, LOCAL_NEO4J, or None (see graph_uri)
+    qdrant: str | None = None                      # LOCAL_QDRANT or None (see vector_store)
     description: str = ""
 
     @property
@@ -49,7 +51,8 @@ class Profile:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "embedder": dict(self.embedder), "fusion": dict(self.fusion),
-                "ranker": self.ranker, "neo4j_uri": self.neo4j_uri, "description": self.description}
+                "ranker": self.ranker, "neo4j_uri": self.neo4j_uri, "qdrant": self.qdrant,
+                "description": self.description}
 
 
 def profiles_path(sources_file: Path) -> Path:
@@ -116,12 +119,15 @@ def _parse(path: Path, name, body) -> Profile:
     uri = body.get("neo4j_uri")
     if uri is not None and (not isinstance(uri, str) or not (uri == LOCAL_NEO4J or "://" in uri)):
         fail("neo4j_uri", f"must be a bolt:// or neo4j:// URI or {LOCAL_NEO4J!r}, got {uri!r}")
+    qdrant = body.get("qdrant")
+    if qdrant is not None and qdrant != LOCAL_QDRANT:
+        fail("qdrant", f"must be {LOCAL_QDRANT!r} (the shadow's vectors in its own home), got {qdrant!r}")
     description = body.get("description") or ""
     if not isinstance(description, str):
         fail("description", "must be a string")
     return Profile(name=name, embedder={k: v.strip() for k, v in embedder.items()},
                    fusion={k: float(v) for k, v in fusion.items()}, ranker=ranker, neo4j_uri=uri,
-                   description=description)
+                   qdrant=qdrant, description=description)
 
 
 def graph_uri(profile: Profile, path: Path) -> str | None:
@@ -140,6 +146,19 @@ def graph_uri(profile: Profile, path: Path) -> str | None:
     return None
 
 
+def vector_store(profile: Profile, path: Path) -> dict[str, str | None]:
+    """What the shadow's vectors are written to: its own home's embedded store. With QDRANT_URL set
+    (the live vectors' server, whose collections a shadow would overwrite), the profile must say
+    `qdrant: embedded`."""
+    if profile.qdrant == LOCAL_QDRANT:
+        return {"QDRANT_URL": None, "QDRANT_API_KEY": None}
+    if setting("QDRANT_URL"):
+        raise ProfileConfigError(
+            f"{path}: profiles.{profile.name}.qdrant: QDRANT_URL names the live vectors' server, whose collections "
+            f"a shadow would overwrite; set qdrant: {LOCAL_QDRANT!r} (the embedded store in the shadow's home)")
+    return {}
+
+
 def environment(profile: Profile, path: Path, shadow_home: Path, sources_file: Path,
                 golden_file: Path) -> dict[str, str | None]:
     """The environment a build or reader of the shadow runs under (None: unset the variable)."""
@@ -154,7 +173,7 @@ def environment(profile: Profile, path: Path, shadow_home: Path, sources_file: P
     for key, variable in EMBEDDER_VARIABLES:
         if key in profile.embedder:
             env[variable] = profile.embedder[key]
-    return {**env, **read_environment(profile)}
+    return {**env, **vector_store(profile, path), **read_environment(profile)}
 
 
 EMBEDDER_VARIABLES = (("model", "MTRAG_EMBED_MODEL"), ("backend", "MTRAG_EMBED_BACKEND"),

@@ -198,10 +198,12 @@ def open_published_qdrant(settings: Settings, snapshot: str | None, adopted: dic
     or None). `adopted`: Edge shards of the reader's loaded generation served again instead of
     linked and loaded ({collection: (shard, folder)}, qdrant_edge_client.EdgeClient)."""
     from mtrag_resources.stores.qdrant_store import QdrantStore
-    if settings.qdrant_url:
+    if not snapshot and settings.qdrant_url:
         return QdrantStore(url=settings.qdrant_url, api_key=settings.qdrant_api_key), None
     if not snapshot:
         return None, None
+    # A manifest names an embedded version only where its build wrote one (a shadow with its own
+    # vectors, cut over to a home whose builds use a server): what it published is what is read.
     from mtrag_resources.stores.qdrant_folder import link_for_reader
     # beside the version, so hard links stay on one filesystem
     parent = Path(snapshot).parent / ".readers"
