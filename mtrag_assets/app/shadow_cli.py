@@ -174,9 +174,13 @@ def cmd_cutover(args) -> int:
     from mtrag_resources.publish.golden import load_golden
     from mtrag_resources.publish.manifest import load_current
     live = Settings.from_env()
-    side = _side(live, args.name)
-    shadow = None if side.home == live.home else Settings(home=side.home)
-    serving = serving_block(load_profile(profiles_path(live.sources_file), args.name).as_dict())
+    profile = load_profile(profiles_path(live.sources_file), args.name)
+    shadow = Settings(home=live.shadow_home(args.name)) if _published(live.shadow_home(args.name)) else None
+    if shadow is None and not profile.read_time_only:
+        from mtrag_resources.core.errors import NotPublished
+        raise NotPublished(f"{args.name}: {live.shadow_home(args.name)} has no published generation; "
+                           f"run mtrag build --profile {args.name}")
+    serving = serving_block(profile.as_dict())
     golden = load_golden(live.golden_file)
     ranks, how = None, "no golden file"
     t0 = time.perf_counter()
@@ -187,8 +191,8 @@ def cmd_cutover(args) -> int:
             ranks = cutover.measured_ranks(live.shadow_home(args.name),
                                            load_current(live.manifest_dir)["generation"], golden, serving)
         how = "the golden ranks measured by its build" if ranks is not None else "golden queries asked"
-        if ranks is None:
-            ranks = _golden_ranks(side, golden)
+        if ranks is None:  # the reader is imported only here: a cut-over's command is its publish
+            ranks = _golden_ranks(_side(live, args.name), golden)
     t1 = time.perf_counter()
     manifest = cutover.promote(live, shadow, serving, golden, ranks, args.accept_quality_drop)
     t2 = time.perf_counter()
