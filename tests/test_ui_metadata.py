@@ -106,7 +106,8 @@ def test_every_job_sensor_and_schedule_has_a_description():
     from mtrag_assets.definitions import defs
     repo = defs.get_repository_def()
     jobs = [j for j in repo.get_all_jobs() if not j.name.startswith("__")]  # Dagster's implicit asset job
-    assert {j.name for j in jobs} == {"build_source", "build_source_and_publish", "publish_generation"}
+    assert {j.name for j in jobs} == {"build_source", "build_source_and_publish", "publish_generation",
+                                      "shadow_build", "shadow_cutover", "shadow_rollback"}
     assert {s.name for s in repo.sensor_defs} >= {"publish_automation", "source_changes", "sources_sync"}
     for definition in [*jobs, *repo.sensor_defs, *repo.schedule_defs]:
         assert definition.description and len(definition.description) > 40, definition.name
