@@ -360,13 +360,14 @@ class QdrantStore:
         return m.Filter(must=[m.FieldCondition(key="source_id",
                                                match=m.MatchValue(value=source_id))])
 
-    def _scroll(self, name: str, flt, with_payload: Any = False) -> Iterator[Any]:
+    def _scroll(self, name: str, flt, with_payload: Any = False, with_vectors: bool = False,
+                page: int | None = None) -> Iterator[Any]:
         offset = None
-        page = _LOCAL_SCROLL_PAGE if self.embedded else _SCROLL_PAGE
+        page = page or (_LOCAL_SCROLL_PAGE if self.embedded else _SCROLL_PAGE)
         while True:
             records, offset = self.client.scroll(name, scroll_filter=flt, limit=page,
                                                  offset=offset, with_payload=with_payload,
-                                                 with_vectors=False)
+                                                 with_vectors=with_vectors)
             yield from records
             if offset is None:
                 return
@@ -374,17 +375,12 @@ class QdrantStore:
     def vectors(self, kind: str) -> Iterator[tuple[str, np.ndarray]]:
         """Every point of the collection of `kind` as (chunk id, vector): what `mtrag
         compare-stores` loads into a second store."""
-        name = collection_name(kind)
         if self.collection_dim(kind) is None:
             return
-        offset = None
-        while True:
-            records, offset = self.client.scroll(name, limit=_SCROLL_PAGE, offset=offset, with_payload=["chunk_id"],
-                                                 with_vectors=True)
-            for r in records:
-                yield (r.payload or {}).get("chunk_id") or str(r.id), np.asarray(r.vector, dtype=np.float32)
-            if offset is None:
-                return
+        # pages of a server's size: a page of vectors is lists of floats in memory, whatever the mode
+        for r in self._scroll(collection_name(kind), None, with_payload=["chunk_id"], with_vectors=True,
+                              page=_SCROLL_PAGE):
+            yield (r.payload or {}).get("chunk_id") or str(r.id), np.asarray(r.vector, dtype=np.float32)
 
     def _stored_digests(self, name: str, source_id: str) -> dict[str, str | None]:
         """{point id: its `point_digest`} of the source's points (one payload field, no vectors)."""
