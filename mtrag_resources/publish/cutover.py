@@ -20,7 +20,7 @@ from mtrag_resources.core.errors import ConfigError, NotPublished, PublishError
 from mtrag_resources.core.layout import manifest_path
 from mtrag_resources.publish import manifest as manifests
 from mtrag_resources.publish.build_state import publish_lock
-from mtrag_resources.publish.golden import GoldenFile, Verdict, accepted_record, judge, regression_lines
+from mtrag_resources.publish.golden import GoldenFile, Verdict, accepted_record, judge, refusal_lines
 
 
 MEASURED = "measured.json"  # in a read-time profile's shadow folder: its golden ranks on the live generation
@@ -56,10 +56,11 @@ def _promote(live: Settings, shadow: Settings | None, serving: dict, golden: Gol
             raise ConfigError(f"{shadow.home}: its generation is itself a cut-over; build the shadow again")
         _same_graph(current, candidate, name)
         moved = {"stores_home": str(shadow.home)}
+    now = _now()
     manifest = {**{k: v for k, v in candidate.items() if k not in ("stores_home", "rollback", "quality")},
-                **moved, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": _now(),
+                **moved, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": now,
                 "serving": serving,
-                "cutover": {"profile": name, "previous": current["generation"], "at": _now(),
+                "cutover": {"profile": name, "previous": current["generation"], "at": now,
                             "shadow_generation": None if shadow is None else candidate["generation"]}}
     if golden is not None:
         verdict = judge(golden, ranks or {}, current)
@@ -130,9 +131,10 @@ def _rollback(live: Settings) -> dict:
     if snapshot and not Path(snapshot).is_dir():
         raise PublishError(f"{snapshot}: generation {previous['generation']}'s vectors are gone; "
                            "nothing to roll back to")
-    manifest = {**previous, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": _now(),
+    now = _now()
+    manifest = {**previous, "generation": manifests.latest_number(live.manifest_dir) + 1, "created_at": now,
                 "rollback": {"from": current["generation"], "profile": cut["profile"],
-                             "restored": previous["generation"], "at": _now()}}
+                             "restored": previous["generation"], "at": now}}
     manifests.publish(live.manifest_dir, manifest)
     return manifest
 
@@ -165,11 +167,8 @@ def _same_graph(current: dict, candidate: dict, name: str) -> None:
 
 
 def _refusal(verdict: Verdict, name: str, live_generation: int) -> str:
-    lines = verdict.reasons + (["regressed queries (old rank -> new rank):"] + ["  " + line for line in
-                                                                                regression_lines(verdict.regressed)]
-                               if verdict.regressed else [])
     return (f"{name} not cut over by the golden-query gate; CURRENT still names generation {live_generation}:\n  "
-            + "\n  ".join(lines) + "\n  cut over anyway with `mtrag cutover --accept-quality-drop`")
+            + "\n  ".join(refusal_lines(verdict)) + "\n  cut over anyway with `mtrag cutover --accept-quality-drop`")
 
 
 def _now() -> str:

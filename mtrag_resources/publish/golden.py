@@ -271,6 +271,12 @@ def regression_lines(regressed: list[dict]) -> list[str]:
             f"(query {r['query']!r})" for r in regressed]
 
 
+def refusal_lines(verdict: Verdict) -> list[str]:
+    """Why the gate refused, then the queries that regressed (old rank -> new rank)."""
+    return verdict.reasons + ["regressed queries (old rank -> new rank):" if verdict.regressed else
+                              "no single query regressed"] + ["  " + l for l in regression_lines(verdict.regressed)]
+
+
 class QualityRefused(PublishError):
     """The candidate generation's golden recall fell through the quality gate."""
 
@@ -278,10 +284,8 @@ class QualityRefused(PublishError):
         self.verdict, self.candidate, self.published = verdict, candidate, published
         current = f"CURRENT still names generation {published}" if published is not None else \
             "nothing is published yet"
-        lines = verdict.reasons + ["regressed queries (old rank -> new rank):" if verdict.regressed else
-                                   "no single query regressed"] + ["  " + l for l in regression_lines(verdict.regressed)]
         super().__init__(f"generation {candidate} not published by the golden-query gate ({golden_file}); {current}:\n  "
-                         + "\n  ".join(lines)
+                         + "\n  ".join(refusal_lines(verdict))
                          + "\n  fix the change or the golden file, or publish anyway with `mtrag build --accept-quality-drop`")
 
 
