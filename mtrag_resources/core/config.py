@@ -107,6 +107,12 @@ def chosen(name: str) -> str:
     return os.environ.get(name) or ""
 
 
+def serving_environment(manifest: dict) -> dict[str, str]:
+    """The variables a manifest's generation serves (`serving.environment`, set by a cut-over
+    profile: publish/cutover.py); {} for a generation that serves none."""
+    return dict((manifest.get("serving") or {}).get("environment") or {})
+
+
 def served_environment(home: Path) -> dict[str, str]:
     """The `serving.environment` of the manifest CURRENT names in `home` ({} if none), read again
     only when CURRENT moved."""
@@ -119,8 +125,7 @@ def served_environment(home: Path) -> dict[str, str]:
     known = _SERVED.get(str(pointer))
     if known is None or known[0] != stamp:
         try:
-            manifest = json.loads((pointer.parent / pointer.read_text().strip()).read_text())
-            served = dict((manifest.get("serving") or {}).get("environment") or {})
+            served = serving_environment(json.loads((pointer.parent / pointer.read_text().strip()).read_text()))
         except (OSError, ValueError):
             served = {}
         known = _SERVED[str(pointer)] = (stamp, served)

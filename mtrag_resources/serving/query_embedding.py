@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 import time
 
-from mtrag_resources.core.config import chosen
+from mtrag_resources.core.config import chosen, serving_environment
 from mtrag_resources.core.errors import MtragError
 from mtrag_resources.core.scripts import is_cjk_query
 from mtrag_resources.embedding.multilingual import MultilingualEmbedder
@@ -94,27 +94,36 @@ class QueryEmbedders:
             self.embedder_for(manifest).model  # noqa: B018 - loads the model files
 
     def prepare(self, manifest: dict) -> None:
-        """Before a switch to `manifest`'s generation: its query embedder loaded and run once, so
-        the first question after the swap does not wait for another model (a cut-over's)."""
+        """Before a switch to `manifest`'s generation: its query embedder loaded and run once where
+        it is another than the ones loaded (a cut-over's), so the first question after the swap
+        does not wait for the model. A switch to a generation of a loaded embedder costs nothing."""
         with contextlib.suppress(Exception):
-            self.embedder_for(manifest).encode(["warm"])
+            if _key(self._config(manifest)) not in self._embedders:
+                self.embedder_for(manifest).encode(["warm"])
+
+    def _config(self, manifest: dict):
+        """The query embedder's configuration for `manifest`'s generation: this process's
+        MTRAG_EMBED_* where set, else what the manifest serves (a cut-over profile's), else the defaults."""
+        from mtrag_resources.embedding.embedder import DEFAULT_MODEL, EmbedderConfig
+        served = serving_environment(manifest)
+        settings = {key: chosen(variable) or served.get(variable) or None for key, variable in EMBEDDER_VARIABLES}
+        # one thread per query: requests run in parallel threads, and one short text
+        # gains nothing from splitting (docs/performance.md#serving)
+        config = EmbedderConfig.from_env(threads=1, model=settings["model"] or DEFAULT_MODEL,
+                                         device=settings["device"] or "cpu", backend=settings["backend"] or "")
+        if not settings["backend"] and config.device.startswith("cpu"):
+            # unset: embed queries the way the published generation embedded its chunks
+            config.backend = "onnx-int8" if _with_vector_kind(manifest["embedder"])["vectors"] != "fp32" else "onnx"
+        return config
 
     def embedder_for(self, manifest: dict):
-        """The query embedder of `manifest`'s generation: this process's MTRAG_EMBED_* where set,
-        else what the manifest serves (a cut-over profile's), else the defaults."""
-        from mtrag_resources.embedding.embedder import DEFAULT_MODEL, Embedder, EmbedderConfig
+        """The query embedder of `manifest`'s generation (`_config`), refused where it is not the
+        one the generation was embedded with."""
+        from mtrag_resources.embedding.embedder import Embedder
         expected = manifest["embedder"]
-        served = (manifest.get("serving") or {}).get("environment") or {}
-        settings = {key: chosen(variable) or served.get(variable) or None for key, variable in EMBEDDER_VARIABLES}
+        config = self._config(manifest)
+        key = _key(config)
         with self._lock:
-            # one thread per query: requests run in parallel threads, and one short text
-            # gains nothing from splitting (docs/performance.md#serving)
-            config = EmbedderConfig.from_env(threads=1, model=settings["model"] or DEFAULT_MODEL,
-                                             device=settings["device"] or "cpu", backend=settings["backend"] or "")
-            if not settings["backend"] and config.device.startswith("cpu"):
-                # unset: embed queries the way the published generation embedded its chunks
-                config.backend = "onnx-int8" if _with_vector_kind(expected)["vectors"] != "fp32" else "onnx"
-            key = (config.model, config.device, config.backend)
             embedder = self._embedders.get(key)
             if embedder is None:
                 embedder = self._embedders[key] = Embedder(config)
@@ -131,6 +140,10 @@ class QueryEmbedders:
                 + ", ".join(f"{k}: query {a!r} vs manifest {b!r}" for k, (a, b) in diff.items())
                 + " (set MTRAG_EMBED_MODEL to the manifest's model or rebuild)")
         return embedder
+
+
+def _key(config) -> tuple:
+    return config.model, config.device, config.backend
 
 
 def _with_vector_kind(fp: dict) -> dict:

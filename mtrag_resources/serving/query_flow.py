@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mtrag_resources.core.config import chosen
+from mtrag_resources.core.config import chosen, serving_environment
 from mtrag_resources.core.scripts import is_cjk_query
 from mtrag_resources.publish import gate
 from mtrag_resources.serving import channels as channels_
@@ -129,8 +129,7 @@ def _query_code(loaded: Generations, text: str, state: gate.GateState, lookups: 
 def _ranker_served(manifest: dict) -> bool:
     """The learned ranker orders this generation's answers unless MTRAG_RANKER, or else the
     profile the generation serves (a cut-over), says off."""
-    served = ((manifest.get("serving") or {}).get("environment") or {}).get("MTRAG_RANKER")
-    return (chosen("MTRAG_RANKER") or served or "on") != "off"
+    return (chosen("MTRAG_RANKER") or serving_environment(manifest).get("MTRAG_RANKER") or "on") != "off"
 
 
 def _multilingual_answers(manifest: dict, text: str, kind: str | None, scope: set[str] | None) -> bool:
